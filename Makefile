@@ -1,0 +1,51 @@
+# limitbed — a thin dispatcher: the logic lives in scripts/ and in each component's own Makefile.
+# `make help` lists the targets.
+
+SHELL := /bin/bash
+ROOT := $(abspath .)
+# Build output; sanitizer builds go to their own directory so the two never mix.
+SAN ?=
+OUT ?= $(ROOT)/$(if $(SAN),build-san,build)
+export SAN OUT
+
+C_COMPONENTS := $(foreach d,fakegpu hamicore,$(if $(wildcard $(d)/Makefile),$(d)))
+
+.PHONY: help build c go test test-c test-go test-san abi-check bench matrix e2e clean
+
+help: ## list the targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: c go ## build everything (C libraries, tools and Go binaries)
+
+c: ## build the C libraries and tools into $(OUT) (SAN=address,undefined for sanitizers)
+	@for d in $(C_COMPONENTS); do $(MAKE) -s -C $$d OUT=$(OUT) SAN=$(SAN) || exit 1; done
+
+go: ## build the Go binaries into $(OUT)/bin
+	@scripts/build-go.sh $(OUT)/bin
+
+test: ## run every test tier this machine supports (what CI runs)
+	@scripts/test.sh
+
+test-c: c ## C unit and preload tests
+	@for d in $(C_COMPONENTS); do $(MAKE) -s -C $$d test OUT=$(OUT) SAN=$(SAN) || exit 1; done
+
+test-go: ## Go tests with -race
+	@scripts/test-go.sh
+
+test-san: ## the C tests under AddressSanitizer and UndefinedBehaviorSanitizer
+	@$(MAKE) -s test-c SAN=address,undefined
+
+abi-check: ## compare our CUDA/NVML declarations with the real headers
+	@scripts/abi-check.sh
+
+bench: ## benchmarks (results go to docs/benchmarks.md by hand, with the command)
+	@scripts/bench.sh
+
+matrix: ## the compatibility matrix (plugin × core × delivery × launch method)
+	@scripts/matrix.sh
+
+e2e: ## end-to-end tests in a kind cluster
+	@scripts/e2e.sh
+
+clean: ## remove build outputs
+	rm -rf build build-san

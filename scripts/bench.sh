@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark the project has, each printing its own table. The figures recorded
+# in docs/benchmarks.md come from this command (on the machine named there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -f hamicore/Makefile ] && grep -q '^bench:' hamicore/Makefile; then
+	printf '\n=== libvgpu.so overhead on fakegpu (callgrind instructions)\n'
+	make -s -C hamicore bench OUT="$PWD/build"
+fi
+if [ -d plugin ]; then
+	printf '\n=== device plugin Allocate (Go benchmarks)\n'
+	go test -run '^$' -bench . -benchmem -count=1 ./plugin/...
+fi

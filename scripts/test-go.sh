@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Go tests: vet, then every package with the race detector. Fuzz targets run their seed corpus here;
+# `go test -fuzz` sessions are run by hand (see README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './build*'))
+if [ -n "$unformatted" ]; then
+	echo "test-go: gofmt needed on:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 ./... "$@"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# What `make test` (and so CI) runs: every tier this machine can run, in order of cost.
+# A tier that cannot run here says why; the ones CI provides for (root, Docker) must not be skipped
+# there — CI=true turns such a skip into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "ABI: our CUDA/NVML declarations against the real headers"
+scripts/abi-check.sh
+
+step "C: build and unit tests"
+make -s test-c
+
+step "C: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+make -s test-san
+
+if [ -f hamicore/Makefile ] && grep -q '^fuzz:' hamicore/Makefile; then
+	step "C: limits-file reader under libFuzzer (bounded)"
+	make -s -C hamicore fuzz OUT="$PWD/build" FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+fi
+
+step "Go: vet and tests with -race"
+scripts/test-go.sh

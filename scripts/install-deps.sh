@@ -30,6 +30,7 @@ packages=(
 	libnvidia-ml-dev              # the real nvml.h for make abi-check
 	valgrind                      # callgrind instruction counts (make bench)
 	util-linux                    # unshare, mount: private mount namespaces for login-session tests
+	debootstrap                   # the workload image's rootfs (no image registry)
 	jq ca-certificates git
 )
 
@@ -57,3 +58,6 @@ if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)
 fi
 echo "install-deps: go mod download"
 go mod download
+
+# The container tier: Debian's docker.io, dockerd started if no engine answers.
+scripts/docker-up.sh

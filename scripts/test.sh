@@ -7,6 +7,15 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n=== %s\n' "$*"; }
 
+# On a fresh machine `make test` alone must do everything: as root, install what is missing
+# (idempotent and quick when all is there). Elsewhere, say what a skipped tier would need.
+if [ "$(id -u)" -eq 0 ]; then
+	step "dependencies"
+	scripts/install-deps.sh
+else
+	echo "test: not root — not installing dependencies; tiers needing root or Docker will skip and say why"
+fi
+
 step "ABI: our CUDA/NVML declarations against the real headers"
 scripts/abi-check.sh
 

@@ -1,0 +1,88 @@
+//go:build !nointegration
+
+package launch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+)
+
+const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"
+
+// TestIntegrationLaunchEnvDocker reproduces the design's table with real login machinery: in a
+// workload container whose environment carries the device plugin's variable, every launch method
+// runs `env`; exec, bash -c, & and su (environment kept) see the variable, while su -, sudo,
+// sudo -i, runuser -l, login, ssh and cron do not. Each also checks the user the process ran as and
+// that stdout, stderr and the exit code come back. cron takes up to a minute.
+func TestIntegrationLaunchEnvDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	b := sandboxtest.Docker(t)
+	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}})
+	for _, m := range launch.Methods() {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			checkMethod(t, c, m)
+		})
+	}
+}
+
+// TestIntegrationLaunchEnvHost runs the methods the host backend supports (everything but ssh and
+// cron, which must report ErrUnsupported) with the same expectations.
+func TestIntegrationLaunchEnvHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	b := sandboxtest.Host(t)
+	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}})
+	for _, m := range launch.Methods() {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			if m.Name == "ssh" || m.Name == "cron" {
+				_, err := launch.Run(context.Background(), c, m, "env")
+				if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "host") {
+					t.Fatalf("%s on the host backend: err = %v, want ErrUnsupported naming the backend", m.Name, err)
+				}
+				return
+			}
+			checkMethod(t, c, m)
+		})
+	}
+}
+
+func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res, err := launch.Run(ctx, c, m, `echo '{"probe":"`+m.Name+`"}'; echo to-stderr >&2; exit 7`)
+	if errors.Is(err, sandbox.ErrUnsupported) && c.Backend() == "host" {
+		// The host backend offers what this machine has installed (sudo is often absent); the
+		// workload image has every tool, so there a missing one fails the test.
+		t.Skip(err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, has := res.Env[limitVar]
+	switch {
+	case m.KeepsEnv && got != limitVal:
+		t.Errorf("%s: %s = %q (present %v), want %q: this method keeps the container's environment", m.Name, limitVar, got, has, limitVal)
+	case !m.KeepsEnv && has:
+		t.Errorf("%s: %s = %q is present, want absent: this method builds a fresh environment", m.Name, limitVar, got)
+	}
+	if res.User != m.User {
+		t.Errorf("%s: ran as %q, want %q", m.Name, res.User, m.User)
+	}
+	if res.ExitCode != 7 || strings.TrimSpace(string(res.Stderr)) != "to-stderr" || res.Probe["probe"] != m.Name {
+		t.Errorf("%s: exit %d, stderr %q, probe %v; want 7, to-stderr, %q", m.Name, res.ExitCode, res.Stderr, res.Probe, m.Name)
+	}
+	t.Logf("%s: user %s, %s present %v, %d variables, %v", m.Name, res.User, limitVar, has, len(res.Env), res.Elapsed.Round(time.Millisecond))
+}

@@ -1,0 +1,124 @@
+//go:build !nointegration
+
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+)
+
+// TestIntegrationHostContainer proves the host backend's single-file read-only mounts at
+// /overrideEnv and /etc/ld.so.preload are visible inside the container and absent outside, that the
+// container sees its environment, and that the host's /etc is left untouched, during and after.
+func TestIntegrationHostContainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	b := sandboxtest.Host(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, p := range []string{"/overrideEnv", "/etc/ld.so.preload"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Skipf("the host has %s itself; this test proves the container's copy does not leak there", p)
+		}
+	}
+	etcBefore := snapshotDir(t, "/etc")
+
+	host := t.TempDir()
+	limits := filepath.Join(host, "c.limits")
+	preload := filepath.Join(host, "ld.so.preload")
+	writeFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
+	writeFile(t, preload, "") // empty: nothing preloaded, but the mount point is what is tested
+	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{
+		Env: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m"},
+		Mounts: []sandbox.Mount{
+			{HostPath: limits, ContainerPath: "/overrideEnv", ReadOnly: true},
+			{HostPath: preload, ContainerPath: "/etc/ld.so.preload", ReadOnly: true},
+			{HostPath: host, ContainerPath: "/usr/local/vgpu"},
+		},
+	})
+
+	cases := []struct {
+		name     string
+		cmd      []string
+		opts     sandbox.ExecOptions
+		wantCode int
+		stdout   string
+		stderr   string
+	}{
+		{name: "file mount visible", cmd: []string{"cat", "/overrideEnv"}, stdout: "CUDA_DEVICE_MEMORY_LIMIT_0=3000m"},
+		{name: "file mount read-only", cmd: []string{"sh", "-c", "echo X=1 >> /overrideEnv"}, wantCode: 2, stderr: "Read-only file system"},
+		{name: "preload mount visible", cmd: []string{"test", "-f", "/etc/ld.so.preload"}},
+		{name: "preload mount read-only", cmd: []string{"sh", "-c", ": > /etc/ld.so.preload"}, wantCode: 2, stderr: "Read-only file system"},
+		{name: "read-write dir mount", cmd: []string{"touch", "/usr/local/vgpu/usage.cache"}},
+		{name: "container env", cmd: []string{"printenv", "CUDA_DEVICE_MEMORY_LIMIT_0"}, stdout: "3000m"},
+		{name: "exec env added", cmd: []string{"printenv", "EXTRA"}, opts: sandbox.ExecOptions{Env: map[string]string{"EXTRA": "x1"}}, stdout: "x1"},
+		{name: "overlay is writable, privately", cmd: []string{"touch", "/etc/limitbed-overlay-probe"}},
+		{name: "exec as tenant", cmd: []string{"id", "-un"}, opts: sandbox.ExecOptions{User: sandbox.TenantUser}, stdout: sandbox.TenantUser},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := c.Exec(ctx, tc.cmd, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != tc.wantCode || !strings.Contains(string(res.Stdout), tc.stdout) || !strings.Contains(string(res.Stderr), tc.stderr) {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout ~%q, stderr ~%q",
+					tc.cmd, res.ExitCode, res.Stdout, res.Stderr, tc.wantCode, tc.stdout, tc.stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(host, "usage.cache")); err != nil {
+		t.Errorf("file written in the read-write mount is not on the host: %v", err)
+	}
+	checkHostClean := func(when string) {
+		t.Helper()
+		for _, p := range []string{"/overrideEnv", "/etc/ld.so.preload", "/etc/limitbed-overlay-probe"} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Errorf("%s: %s exists on the host", when, p)
+			}
+		}
+		if after := snapshotDir(t, "/etc"); !slices.Equal(etcBefore, after) {
+			t.Errorf("%s: the host's /etc changed:\nbefore %v\nafter  %v", when, etcBefore, after)
+		}
+	}
+	checkHostClean("while running")
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkHostClean("after Stop")
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mountinfo), "limitbed-overlay") {
+		t.Errorf("a container mount is visible in the host's mount table:\n%s", mountinfo)
+	}
+}
+
+// snapshotDir lists a directory's entries with their modification times.
+func snapshotDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, e.Name()+"@"+info.ModTime().String())
+	}
+	return out
+}

@@ -1,0 +1,44 @@
+package sandbox
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestHostContainerPath(t *testing.T) {
+	t.Parallel()
+	c := &hostContainer{root: "/state/root"}
+	cases := []struct {
+		in, want    string
+		unsupported bool
+		fails       bool
+	}{
+		{in: "/overrideEnv", want: "/state/root/overrideEnv"},
+		{in: "/etc/ld.so.preload", want: "/state/root/etc/ld.so.preload"},
+		{in: "/usr/local/vgpu/../vgpu/", want: "/state/root/usr/local/vgpu"},
+		{in: "/tmpfoo", want: "/state/root/tmpfoo"},
+		{in: "/tmp/x", unsupported: true},
+		{in: "/dev/nvidia0", unsupported: true},
+		{in: "/run", unsupported: true},
+		{in: "/", unsupported: true},
+		{in: "relative", fails: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := c.containerPath(tc.in)
+			switch {
+			case tc.unsupported:
+				if !errors.Is(err, ErrUnsupported) {
+					t.Errorf("containerPath(%q) = %q, %v; want ErrUnsupported", tc.in, got, err)
+				}
+			case tc.fails:
+				if err == nil {
+					t.Errorf("containerPath(%q) = %q; want an error", tc.in, got)
+				}
+			case err != nil || got != tc.want:
+				t.Errorf("containerPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}

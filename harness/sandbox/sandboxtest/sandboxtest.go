@@ -1,0 +1,114 @@
+// Package sandboxtest gives tests sandbox backends and containers, skipping with a clear message
+// where a backend cannot run here, except under CI=true, where CI provides every backend and a
+// missing one is a failure.
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
+)
+
+// Logger returns a logger that writes to the test log (debug level with LIMITBED_DEBUG=1).
+func Logger(tb testing.TB) *slog.Logger {
+	level := slog.LevelInfo
+	if os.Getenv("LIMITBED_DEBUG") == "1" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: level}))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Helper()
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// SkipUnlessCI skips the test with reason, or fails it when CI=true.
+func SkipUnlessCI(tb testing.TB, reason string) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%s (CI=true: CI provides this, so this is a failure, not a skip)", reason)
+	}
+	tb.Skip(reason)
+}
+
+// Docker returns the docker backend, with the workload image built.
+func Docker(tb testing.TB) sandbox.Backend {
+	tb.Helper()
+	b := sandbox.NewDocker(Logger(tb))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Available(ctx); err != nil {
+		SkipUnlessCI(tb, err.Error()+" (start one with scripts/docker-up.sh)")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := sandbox.EnsureWorkloadImage(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// Host returns the host backend.
+func Host(tb testing.TB) sandbox.Backend {
+	tb.Helper()
+	b := sandbox.NewHost(Logger(tb), "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Available(ctx); err != nil {
+		SkipUnlessCI(tb, err.Error())
+	}
+	return b
+}
+
+var seq atomic.Int64
+
+// Name returns a container name unique to this test process.
+func Name(tb testing.TB) string {
+	tb.Helper()
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+			return r
+		}
+		return '-'
+	}, strings.ToLower(tb.Name()))
+	if len(clean) > 40 {
+		clean = clean[:40]
+	}
+	return fmt.Sprintf("limitbed-%s-%d-%d", clean, os.Getpid(), seq.Add(1))
+}
+
+// Start starts spec on b and stops the container when the test ends. An empty spec.Name gets a
+// unique one; an empty spec.Image the workload image.
+func Start(tb testing.TB, b sandbox.Backend, spec sandbox.ContainerSpec) sandbox.Container {
+	tb.Helper()
+	if spec.Name == "" {
+		spec.Name = Name(tb)
+	}
+	if spec.Image == "" {
+		spec.Image = sandbox.WorkloadImage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := b.Start(ctx, spec)
+	if err != nil {
+		tb.Fatalf("start %s container: %v", b.Name(), err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			tb.Errorf("stop %s container: %v", b.Name(), err)
+		}
+	})
+	return c
+}

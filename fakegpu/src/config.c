@@ -1,0 +1,88 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+
+void fg_config_profile_path(char *buf, size_t len) {
+    const char *p = getenv("FAKEGPU_PROFILE");
+    if (!p || !*p) {
+        fg_copy(buf, len, FG_DEFAULT_PROFILE);
+        return;
+    }
+    if (strchr(p, '/')) {
+        fg_copy(buf, len, p);
+        return;
+    }
+    const char *dir = getenv("FAKEGPU_PROFILE_DIR");
+    snprintf(buf, len, "%s/%s.profile", dir && *dir ? dir : FG_DEFAULT_PROFILE_DIR, p);
+}
+
+/* /run/fakegpu is the natural home (tmpfs, per boot) but needs root; /tmp/fakegpu works for all. */
+static void state_dir(char *buf, size_t len) {
+    const char *d = getenv("FAKEGPU_STATE_DIR");
+    if (d && *d) {
+        fg_copy(buf, len, d);
+        return;
+    }
+    if ((mkdir("/run/fakegpu", 01777) == 0 || errno == EEXIST) && access("/run/fakegpu", W_OK | X_OK) == 0) {
+        fg_copy(buf, len, "/run/fakegpu");
+        return;
+    }
+    fg_copy(buf, len, "/tmp/fakegpu");
+}
+
+static int env_u64(const char *name, uint64_t *out, char *err, size_t errlen) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || *v < '0' || *v > '9') {
+        snprintf(err, errlen, "%s=\"%s\": want a whole number", name, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+int fg_config_load(fg_config *c) {
+    char path[512], err[1024];
+    memset(c, 0, sizeof *c);
+    fg_config_profile_path(path, sizeof path);
+    if (fg_profile_load(path, &c->prof, err, sizeof err) != 0)
+        goto bad;
+    fg_profile *p = &c->prof;
+    c->faults.lost_device = -1;
+    /* The profile's fault keys first, then the environment overrides them key by key. */
+    if (fg_fault_fail_alloc(&c->faults, p->fail_alloc, "fail_alloc", err, sizeof err) ||
+        fg_fault_nvml_error(&c->faults, p->nvml_error, "nvml_error", err, sizeof err) ||
+        fg_fault_lost_device(&c->faults, p->lost_device, p->ndev, "lost_device", err, sizeof err) ||
+        fg_fault_fail_alloc(&c->faults, getenv("FAKEGPU_FAIL_ALLOC"), "FAKEGPU_FAIL_ALLOC", err, sizeof err) ||
+        fg_fault_nvml_error(&c->faults, getenv("FAKEGPU_NVML_ERROR"), "FAKEGPU_NVML_ERROR", err, sizeof err) ||
+        fg_fault_lost_device(&c->faults, getenv("FAKEGPU_LOST_DEVICE"), p->ndev, "FAKEGPU_LOST_DEVICE", err, sizeof err))
+        goto bad;
+    c->launch_ns = p->launch_ns, c->block_ns = p->block_ns;
+    int r = env_u64("FAKEGPU_LAUNCH_NS", &c->launch_ns, err, sizeof err);
+    if (r < 0)
+        goto bad;
+    if (r > 0)
+        c->block_ns = 0; /* the variable sets the whole duration of a launch */
+    uint64_t ms = 1000;
+    if (env_u64("FAKEGPU_UTIL_WINDOW_MS", &ms, err, sizeof err) < 0)
+        goto bad;
+    c->util_window_ns = (ms ? ms : 1) * 1000000ULL;
+    c->identity = fg_profile_identity(p);
+    char dir[400];
+    state_dir(dir, sizeof dir);
+    snprintf(c->state_path, sizeof c->state_path, "%s/%.60s-%016llx.state", dir, p->name,
+             (unsigned long long)c->identity);
+    return 0;
+bad:
+    fg_log("%s", err);
+    return -1;
+}

@@ -1,0 +1,37 @@
+/*
+ * Everything a library needs before it can answer: the profile, the faults and where the shared
+ * device state lives. Both libraries load it the same way, from the same environment:
+ *   FAKEGPU_PROFILE      a profile name (looked up in FAKEGPU_PROFILE_DIR) or a path (has a '/')
+ *   FAKEGPU_PROFILE_DIR  where names are looked up (default FG_DEFAULT_PROFILE_DIR)
+ *   FAKEGPU_STATE_DIR    where the shared state file lives (default /run/fakegpu, else /tmp/fakegpu)
+ *   FAKEGPU_LAUNCH_NS    simulated duration of every kernel launch (overrides the profile)
+ *   FAKEGPU_UTIL_WINDOW_MS  NVML utilisation sampling window (default 1000)
+ * plus the fault variables of fault.h.
+ */
+#ifndef FG_CONFIG_H
+#define FG_CONFIG_H
+
+#include "fault.h"
+#include "profile.h"
+
+#ifndef FG_DEFAULT_PROFILE_DIR
+#define FG_DEFAULT_PROFILE_DIR "/etc/fakegpu/profiles"
+#endif
+#define FG_DEFAULT_PROFILE "/etc/fakegpu/profile"
+
+typedef struct fg_config {
+    fg_profile prof;
+    fg_faults faults;
+    uint64_t launch_ns, block_ns;
+    uint64_t util_window_ns;
+    char state_path[600];
+    uint64_t identity;
+} fg_config;
+
+/* Loads the configuration. On error prints one line on stderr and returns -1. */
+int fg_config_load(fg_config *c);
+
+/* The profile path FAKEGPU_PROFILE selects. */
+void fg_config_profile_path(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,147 @@
+/* cuInit, the driver version and the process-wide state every other cuda_*.c uses. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_internal.h"
+
+fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* fork: hold our mutex across it so the child gets a consistent table, then make the child a
+ * fresh process for the device: no contexts, no allocations, its own state slot. */
+static void fork_prepare(void) { pthread_mutex_lock(&fg_cu.mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&fg_cu.mu); }
+static void fork_child(void) {
+    fg_ctx_forget_all();
+    fg_mem_forget_all();
+    fg_state_after_fork(&fg_cu.st);
+    pthread_mutex_unlock(&fg_cu.mu);
+}
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void add_ordinal(const fg_profile *p, unsigned d, int m) {
+    const fg_device *dv = &p->dev[d];
+    fg_cudev *c = &fg_cu.dev[fg_cu.ndev++];
+    memset(c, 0, sizeof *c);
+    c->phys = d, c->mig = m, c->cc_major = dv->cc_major, c->cc_minor = dv->cc_minor;
+    if (m < 0) {
+        c->unit = dv->unit, c->total = dv->memory_mib * FG_MIB, c->sm_count = dv->sm_count;
+        fg_copy(c->name, sizeof c->name, dv->name);
+        fg_uuid_bytes(dv->uuid, c->uuid);
+        return;
+    }
+    const fg_mig *mg = &dv->mig[m];
+    c->unit = mg->unit, c->total = mg->memory_mib * FG_MIB;
+    c->sm_count = mg->sm_count ? mg->sm_count : dv->sm_count / 7;
+    char name[sizeof c->name]; /* both strings live in fg_cu too: keep snprintf's arguments apart */
+    snprintf(name, sizeof name, "%s MIG %s", dv->name, mg->profile);
+    fg_copy(c->name, sizeof c->name, name);
+    fg_uuid_bytes(mg->uuid, c->uuid);
+}
+
+static int find_uuid(const fg_profile *p, const char *tok, unsigned *d, int *m) {
+    for (unsigned i = 0; i < p->ndev; i++) {
+        if (strcmp(p->dev[i].uuid, tok) == 0 && !p->dev[i].mig_enabled)
+            return *d = i, *m = -1, 0;
+        for (unsigned j = 0; j < p->dev[i].nmig; j++)
+            if (strcmp(p->dev[i].mig[j].uuid, tok) == 0)
+                return *d = i, *m = (int)j, 0;
+    }
+    return -1;
+}
+
+/* CUDA enumerates whole GPUs, and the MIG instances of GPUs in MIG mode. CUDA_VISIBLE_DEVICES
+ * filters and orders them like the real driver: indexes or UUIDs, stopping at the first entry
+ * that names nothing. */
+static void enumerate(const fg_profile *p) {
+    fg_cu.ndev = 0;
+    unsigned all_d[FG_MAX_UNITS];
+    int all_m[FG_MAX_UNITS];
+    unsigned n = 0;
+    for (unsigned d = 0; d < p->ndev; d++) {
+        if (!p->dev[d].mig_enabled)
+            all_d[n] = d, all_m[n++] = -1;
+        for (unsigned m = 0; p->dev[d].mig_enabled && m < p->dev[d].nmig; m++)
+            all_d[n] = d, all_m[n++] = (int)m;
+    }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!vis) {
+        for (unsigned i = 0; i < n; i++)
+            add_ordinal(p, all_d[i], all_m[i]);
+        return;
+    }
+    char buf[1024];
+    fg_copy(buf, sizeof buf, vis);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && fg_cu.ndev < FG_MAX_UNITS; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        unsigned d;
+        int m;
+        char *end;
+        long idx = strtol(tok, &end, 10);
+        if (*tok >= '0' && *tok <= '9' && *end == 0 && idx < (long)n)
+            add_ordinal(p, all_d[idx], all_m[idx]);
+        else if (find_uuid(p, tok, &d, &m) == 0)
+            add_ordinal(p, d, m);
+        else
+            break;
+    }
+}
+
+FG_EXPORT CUresult cuInit(unsigned int Flags) {
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&fg_cu.mu);
+    CUresult rc = fg_cu.init_rc;
+    if (!fg_cu.initialized && rc == CUDA_SUCCESS) {
+        char err[1024];
+        if (fg_config_load(&fg_cu.cfg) != 0) {
+            rc = CUDA_ERROR_NO_DEVICE;
+        } else if (fg_state_attach(&fg_cu.st, fg_cu.cfg.state_path, fg_cu.cfg.identity, fg_cu.cfg.prof.nunits, err,
+                                   sizeof err) != 0) {
+            fg_log("%s", err);
+            rc = CUDA_ERROR_NO_DEVICE;
+        } else {
+            enumerate(&fg_cu.cfg.prof);
+            fg_cu.initialized = 1;
+        }
+        fg_cu.init_rc = rc;
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return rc;
+}
+
+/* Like the real one, cuDriverGetVersion answers before cuInit: it needs only the profile. */
+static fg_config early_cfg;
+static int early_ok;
+static pthread_once_t early_once = PTHREAD_ONCE_INIT;
+static void early_load(void) { early_ok = fg_config_load(&early_cfg) == 0; }
+
+FG_EXPORT CUresult cuDriverGetVersion(int *driverVersion) {
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fg_cu_ready() == CUDA_SUCCESS) {
+        *driverVersion = (int)fg_cu.cfg.prof.cuda_version;
+        return CUDA_SUCCESS;
+    }
+    pthread_once(&early_once, early_load);
+    if (!early_ok)
+        return CUDA_ERROR_NO_DEVICE;
+    *driverVersion = (int)early_cfg.prof.cuda_version;
+    return CUDA_SUCCESS;
+}
+
+CUresult fg_cu_ready(void) {
+    return __atomic_load_n(&fg_cu.initialized, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+int fg_cu_dev_valid(CUdevice d) { return d >= 0 && d < fg_cu.ndev; }
+
+int fg_cu_lost(int ordinal) {
+    return fg_cu.cfg.faults.lost_device >= 0 && fg_cu_dev_valid(ordinal) &&
+           fg_cu.dev[ordinal].phys == (unsigned)fg_cu.cfg.faults.lost_device;
+}

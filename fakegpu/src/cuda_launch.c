@@ -1,0 +1,139 @@
+/*
+ * Modules and kernel launches. No code runs: a launch appends simulated busy time to the
+ * device's timeline in the shared state (profile launch_ns + block_ns per thread block, or
+ * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
+ * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
+ * than FG_MAX_BACKLOG of work is already queued on the device.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "cuda_internal.h"
+
+#define FG_MAX_BACKLOG 1000000000ULL /* 1 s */
+#define FG_MAX_MODULES 64
+#define FG_MOD_LIVE 0x4d4f4431u
+
+/* A module is accepted whatever its image (nothing is compiled); any name is found in it. */
+typedef struct fg_module {
+    uint32_t magic;
+    struct { uint32_t magic; } fn; /* the one function handle every name resolves to */
+} fg_module;
+
+static fg_module modules[FG_MAX_MODULES];
+
+static fg_module *module_of(const void *h) {
+    uintptr_t p = (uintptr_t)h, b = (uintptr_t)modules;
+    if (p < b || p >= b + sizeof modules || (p - b) % sizeof modules[0])
+        return NULL;
+    fg_module *m = (fg_module *)h;
+    return __atomic_load_n(&m->magic, __ATOMIC_ACQUIRE) == FG_MOD_LIVE ? m : NULL;
+}
+
+FG_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+    fg_ctx *c;
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    for (int i = 0; i < FG_MAX_MODULES; i++) {
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&modules[i].magic, &expect, FG_MOD_LIVE, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            modules[i].fn.magic = FG_MOD_LIVE;
+            *module = (CUmodule)&modules[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FG_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    fg_module *m = module_of(hmod);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    __atomic_store_n(&m->magic, 0, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!hfunc || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    fg_module *m = module_of(hmod);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *hfunc = (CUfunction)&m->fn;
+    return CUDA_SUCCESS;
+}
+
+/* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
+ * pass a dummy one without loading a module. */
+static CUresult launch(CUfunction f, uint64_t blocks) {
+    fg_ctx *c;
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!f || blocks == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    uint64_t dur = fg_cu.cfg.launch_ns + fg_cu.cfg.block_ns * blocks;
+    unsigned unit = fg_cu.dev[c->dev].unit;
+    for (;;) {
+        if (fg_state_lock(&fg_cu.st) != 0)
+            return CUDA_ERROR_UNKNOWN;
+        uint64_t now = fg_now_ns(), busy = fg_cu.st.sh->unit[unit].busy_until;
+        if (busy > now + FG_MAX_BACKLOG) { /* queue full: wait outside the lock */
+            fg_state_unlock(&fg_cu.st);
+            uint64_t wait = busy - now - FG_MAX_BACKLOG;
+            struct timespec ts = {(time_t)(wait / 1000000000ULL), (long)(wait % 1000000000ULL)};
+            while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+                ;
+            continue;
+        }
+        uint64_t end = fg_state_submit(&fg_cu.st, unit, dur, now, fg_cu.cfg.util_window_ns);
+        fg_state_unlock(&fg_cu.st);
+        uint64_t prev = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
+        while (prev < end && !__atomic_compare_exchange_n(&c->last_end, &prev, end, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            ;
+        return CUDA_SUCCESS;
+    }
+}
+
+FG_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                  unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                  unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+    (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+    if (!blockDimX || !blockDimY || !blockDimZ || (uint64_t)blockDimX * blockDimY * blockDimZ > 1024)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    return launch(f, (uint64_t)gridDimX * gridDimY * gridDimZ);
+}
+
+FG_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                       unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                       unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                       void **kernelParams, void **extra) {
+    return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                          kernelParams, extra);
+}
+
+FG_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+    if (!config)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                          config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, kernelParams,
+                          extra);
+}
+
+FG_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                         void **extra) {
+    return cuLaunchKernelEx(config, f, kernelParams, extra);
+}

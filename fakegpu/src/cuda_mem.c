@@ -1,0 +1,351 @@
+/*
+ * Device memory. Every device allocation gets a fake address and a charge in the shared state,
+ * so that other processes see it (cuMemGetInfo, NVML) and the device runs out like a real one.
+ *
+ * Addresses live in the kernel half of the address space (FG_VA_BASE): unique, aligned, and never
+ * host memory a caller could read by mistake: dereferencing one faults at once. Each device
+ * ordinal has its own 1 TiB window; a first-fit search over the sorted table reuses freed ranges.
+ * Sizes are charged in 2 MiB granules, the page size a real GPU hands out large allocations in.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define FG_VA_BASE 0xffff800000000000ULL
+#define FG_VA_WINDOW (1ULL << 40)
+
+enum kind { K_MEM, K_MANAGED, K_PITCH, K_ASYNC, K_VMM, K_ARRAY };
+#define FREEABLE ((1u << K_MEM) | (1u << K_MANAGED) | (1u << K_PITCH) | (1u << K_ASYNC))
+
+typedef struct alloc {
+    CUdeviceptr ptr;
+    uint64_t charged;
+    int dev;
+    int kind;
+    const fg_ctx *ctx; /* freed with its context; NULL for VMM handles, which outlive contexts */
+} alloc;
+
+/* Guarded by fg_cu.mu; sorted by ptr. */
+static alloc *tab;
+static size_t ntab, captab;
+static void **hosts; /* cuMemHostAlloc'd blocks, so cuMemFreeHost can refuse a stranger */
+static size_t nhosts, caphosts;
+
+static size_t lower_bound(CUdeviceptr p) {
+    size_t lo = 0, hi = ntab;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (tab[mid].ptr < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static CUdeviceptr find_gap(int dev, uint64_t size) {
+    uint64_t base = FG_VA_BASE + (uint64_t)dev * FG_VA_WINDOW, end = base + FG_VA_WINDOW, cur = base;
+    for (size_t i = lower_bound(base); i < ntab && tab[i].ptr < end; i++) {
+        if (tab[i].ptr - cur >= size)
+            break;
+        cur = tab[i].ptr + tab[i].charged;
+    }
+    return end - cur >= size ? cur : 0;
+}
+
+static void uncharge_locked(const alloc *a) { fg_state_release(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, 0); }
+
+/* The one path every device allocation takes: fault check, address, shared charge, table. */
+static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound) {
+    fg_ctx *c;
+    CUresult r = fg_cu_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (dev < 0)
+        dev = c->dev;
+    if (fg_cu_lost(dev))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    unsigned long nth = __atomic_add_fetch(&fg_cu.alloc_calls, 1, __ATOMIC_RELAXED);
+    if (fg_cu.cfg.faults.fail_alloc && nth == fg_cu.cfg.faults.fail_alloc)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (size > FG_VA_WINDOW)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t charged = (size + FG_GRANULE - 1) / FG_GRANULE * FG_GRANULE;
+    pthread_mutex_lock(&fg_cu.mu);
+    CUdeviceptr p = find_gap(dev, charged);
+    int rc = -1;
+    if (p && ntab == captab) {
+        size_t ncap = captab ? captab * 2 : 64;
+        alloc *t = realloc(tab, ncap * sizeof *t);
+        if (t)
+            tab = t, captab = ncap;
+    }
+    if (p && ntab < captab && fg_state_lock(&fg_cu.st) == 0) {
+        rc = fg_state_charge(&fg_cu.st, fg_cu.dev[dev].unit, charged, fg_cu.dev[dev].total, 0);
+        fg_state_unlock(&fg_cu.st);
+    }
+    if (rc == 0) {
+        size_t i = lower_bound(p);
+        memmove(&tab[i + 1], &tab[i], (ntab - i) * sizeof *tab);
+        tab[i] = (alloc){p, charged, dev, kind, ctx_bound ? c : NULL};
+        ntab++;
+        *out = p;
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    if (rc == -2)
+        fg_log("more than %d processes use the device state %s", FG_MAX_SLOTS, fg_cu.st.path);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult do_free(CUdeviceptr p, unsigned kinds) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&fg_cu.mu);
+    size_t i = lower_bound(p);
+    if (p == 0 || i == ntab || tab[i].ptr != p || !(kinds & (1u << tab[i].kind))) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (fg_state_lock(&fg_cu.st) == 0) {
+        uncharge_locked(&tab[i]);
+        fg_state_unlock(&fg_cu.st);
+        memmove(&tab[i], &tab[i + 1], (ntab - i - 1) * sizeof *tab);
+        ntab--;
+    } else {
+        r = CUDA_ERROR_UNKNOWN;
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+void fg_mem_release_ctx(const fg_ctx *ctx) {
+    if (fg_state_lock(&fg_cu.st) != 0)
+        return;
+    size_t k = 0;
+    for (size_t i = 0; i < ntab; i++) {
+        if (tab[i].ctx == ctx)
+            uncharge_locked(&tab[i]);
+        else
+            tab[k++] = tab[i];
+    }
+    ntab = k;
+    fg_state_unlock(&fg_cu.st);
+}
+
+void fg_mem_forget_all(void) {
+    free(tab);
+    tab = NULL, ntab = captab = 0;
+}
+
+static CUresult precheck(const void *out, size_t size) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return !out || size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    CUresult r = precheck(dptr, bytesize);
+    return r ? r : do_alloc(dptr, bytesize, K_MEM, -1, 1);
+}
+
+FG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    CUresult r = precheck(dptr, bytesize);
+    if (r == CUDA_SUCCESS && flags != CU_MEM_ATTACH_GLOBAL && flags != 0x2 /* CU_MEM_ATTACH_HOST */)
+        r = CUDA_ERROR_INVALID_VALUE;
+    /* Counted as device memory from the start: the fake has no page migration. */
+    return r ? r : do_alloc(dptr, bytesize, K_MANAGED, -1, 1);
+}
+
+FG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                      unsigned int ElementSizeBytes) {
+    CUresult r = precheck(dptr, WidthInBytes * Height);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + 511) / 512 * 512; /* the texture pitch alignment of real GPUs */
+    if (Height > FG_VA_WINDOW / pitch)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = do_alloc(dptr, pitch * Height, K_PITCH, -1, 1);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
+}
+
+FG_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    (void)hStream; /* allocation is immediate: the fake has no stream ordering */
+    CUresult r = precheck(dptr, bytesize);
+    return r ? r : do_alloc(dptr, bytesize, K_ASYNC, -1, 1);
+}
+
+FG_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    return cuMemAllocAsync(dptr, bytesize, hStream);
+}
+
+FG_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    CUresult r = precheck(dptr, bytesize);
+    if (r == CUDA_SUCCESS && !pool)
+        r = CUDA_ERROR_INVALID_VALUE;
+    return r ? r : cuMemAllocAsync(dptr, bytesize, hStream);
+}
+
+FG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                CUstream hStream) {
+    return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
+}
+
+FG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr, FREEABLE); }
+
+FG_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+    (void)hStream;
+    return do_free(dptr, FREEABLE);
+}
+
+FG_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+
+FG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags) {
+    CUresult r = precheck(handle, size);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!prop || flags || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        size % FG_GRANULE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fg_cu_dev_valid(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return do_alloc((CUdeviceptr *)handle, size, K_VMM, prop->location.id, 0);
+}
+
+FG_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return do_free(handle, 1u << K_VMM); }
+
+static size_t element_size(CUarray_format f) {
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    }
+    return 0;
+}
+
+static CUresult array_alloc(CUarray *pHandle, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t es = element_size(f);
+    if (!pHandle || !w || !es || (ch != 1 && ch != 2 && ch != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    h = h ? h : 1, d = d ? d : 1;
+    if (w > 1u << 20 || h > 1u << 20 || d > 1u << 20)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    size_t row = w * es * ch;
+    if (h * d > FG_VA_WINDOW / row)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = do_alloc(&p, row * h * d, K_ARRAY, -1, 1);
+    if (r == CUDA_SUCCESS)
+        *pHandle = (CUarray)(uintptr_t)p; /* an opaque handle: never dereferenced */
+    return r;
+}
+
+FG_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    if (!pAllocateArray)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY_DESCRIPTOR *a = pAllocateArray;
+    return array_alloc(pHandle, a->Width, a->Height, 1, a->Format, a->NumChannels);
+}
+
+FG_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    if (!pAllocateArray)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    const CUDA_ARRAY3D_DESCRIPTOR *a = pAllocateArray;
+    return array_alloc(pHandle, a->Width, a->Height, a->Depth, a->Format, a->NumChannels);
+}
+
+FG_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return hArray ? do_free((CUdeviceptr)(uintptr_t)hArray, 1u << K_ARRAY) : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FG_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+    fg_ctx *c;
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!free || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    if (fg_state_lock(&fg_cu.st) != 0) /* also reclaims dead processes' memory */
+        return CUDA_ERROR_UNKNOWN;
+    uint64_t used = fg_state_unit_used(&fg_cu.st, fg_cu.dev[c->dev].unit);
+    fg_state_unlock(&fg_cu.st);
+    uint64_t t = fg_cu.dev[c->dev].total;
+    *total = t;
+    *free = used < t ? t - used : 0;
+    return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
+    size_t f, t;
+    if (!free || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuMemGetInfo_v2(&f, &t);
+    if (r == CUDA_SUCCESS) {
+        *free = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
+        *total = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+    }
+    return r;
+}
+
+/* Real host memory: callers write to it. Not charged to the device. */
+FG_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+    (void)Flags;
+    fg_ctx *c;
+    CUresult r = precheck(pp, bytesize);
+    if (r != CUDA_SUCCESS || (r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytesize) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fg_cu.mu);
+    if (nhosts == caphosts) {
+        size_t ncap = caphosts ? caphosts * 2 : 16;
+        void **h = realloc(hosts, ncap * sizeof *h);
+        if (h)
+            hosts = h, caphosts = ncap;
+    }
+    if (nhosts < caphosts)
+        hosts[nhosts++] = p;
+    else
+        free(p), p = NULL;
+    pthread_mutex_unlock(&fg_cu.mu);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuMemFreeHost(void *p) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    for (size_t i = 0; p && i < nhosts; i++)
+        if (hosts[i] == p) {
+            hosts[i] = hosts[--nhosts];
+            free(p);
+            r = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}

@@ -1,0 +1,160 @@
+/*
+ * Processes on a device, read from the shared state: every live process that holds a context or
+ * memory there, with its bytes (allocations + contexts) and, in MIG mode, its GPU/compute
+ * instance. PIDs are as each process sees itself: across PID namespaces they are the
+ * container's numbers (a real driver reports host PIDs).
+ */
+#include <string.h>
+#include <time.h>
+
+#include "nvml_internal.h"
+
+#define HANDLE(h, d)                                                                                                   \
+    const fg_nvdev *d = fg_nv_handle(h);                                                                               \
+    if (!d)                                                                                                            \
+    return NVML_ERROR_INVALID_ARGUMENT
+
+#define MAX_ROWS 256
+
+typedef struct row {
+    unsigned pid;
+    unsigned long long used;
+    unsigned gi, ci;
+} row;
+
+/* The units a handle covers: itself, or every instance of a GPU in MIG mode. */
+static unsigned units_of(const fg_nvdev *d, unsigned units[FG_MAX_MIG], int migs[FG_MAX_MIG]) {
+    const fg_device *dv = fg_nv_device(d);
+    if (d->mig >= 0)
+        return units[0] = dv->mig[d->mig].unit, migs[0] = d->mig, 1;
+    if (!dv->mig_enabled)
+        return units[0] = dv->unit, migs[0] = -1, 1;
+    for (unsigned m = 0; m < dv->nmig; m++)
+        units[m] = dv->mig[m].unit, migs[m] = (int)m;
+    return dv->nmig;
+}
+
+static nvmlReturn_t collect(const fg_nvdev *d, row *rows, unsigned *n) {
+    unsigned units[FG_MAX_MIG];
+    int migs[FG_MAX_MIG];
+    unsigned nu = units_of(d, units, migs);
+    const fg_device *dv = fg_nv_device(d);
+    *n = 0;
+    if (fg_state_lock(&fg_nv.st) != 0) /* also reclaims dead processes */
+        return NVML_ERROR_UNKNOWN;
+    for (int s = 0; s < FG_MAX_SLOTS; s++) {
+        const fg_slot *sl = &fg_nv.st.sh->slot[s];
+        for (unsigned u = 0; sl->in_use && u < nu && *n < MAX_ROWS; u++) {
+            uint64_t b = sl->used[units[u]] + sl->ctx[units[u]];
+            if (!b)
+                continue;
+            row *r = &rows[(*n)++];
+            r->pid = (unsigned)sl->pid, r->used = b;
+            r->gi = migs[u] < 0 ? 0xFFFFFFFFu : dv->mig[migs[u]].gpu_instance_id;
+            r->ci = migs[u] < 0 ? 0xFFFFFFFFu : dv->mig[migs[u]].compute_instance_id;
+        }
+    }
+    fg_state_unlock(&fg_nv.st);
+    return NVML_SUCCESS;
+}
+
+/* The real library's contract: *infoCount in = room, out = how many there are;
+ * NVML_ERROR_INSUFFICIENT_SIZE when the room is too small (infos may be NULL to ask). */
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, int version) {
+    HANDLE(device, d);
+    nvmlReturn_t r = fg_nv_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!infoCount || (!infos && *infoCount))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    row rows[MAX_ROWS];
+    unsigned n;
+    if ((r = collect(d, rows, &n)) != NVML_SUCCESS)
+        return r;
+    unsigned room = *infoCount;
+    *infoCount = n;
+    if (room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned i = 0; i < n; i++) {
+        if (version == 1) {
+            nvmlProcessInfo_v1_t *p = &((nvmlProcessInfo_v1_t *)infos)[i];
+            p->pid = rows[i].pid, p->usedGpuMemory = rows[i].used;
+        } else { /* v2 and v3 share a layout */
+            nvmlProcessInfo_t *p = &((nvmlProcessInfo_t *)infos)[i];
+            p->pid = rows[i].pid, p->usedGpuMemory = rows[i].used;
+            p->gpuInstanceId = rows[i].gi, p->computeInstanceId = rows[i].ci;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_t *infos) {
+    NV_ENTER();
+    return processes(device, infoCount, infos, 3);
+}
+
+FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_v2_t *infos);
+FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                               nvmlProcessInfo_v2_t *infos) {
+    NV_ENTER();
+    return processes(device, infoCount, infos, 2);
+}
+
+FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                            nvmlProcessInfo_v1_t *infos);
+FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                            nvmlProcessInfo_v1_t *infos) {
+    NV_ENTER();
+    return processes(device, infoCount, infos, 1);
+}
+
+/* One sample per process that kept the engine busy during the window: smUtil is its share of
+ * the window in percent. Not supported in MIG mode, as on a real GPU. */
+FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                                       unsigned int *processSamplesCount,
+                                                       unsigned long long lastSeenTimeStamp) {
+    NV_ENTER();
+    HANDLE(device, d);
+    nvmlReturn_t r = fg_nv_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!processSamplesCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    const fg_device *dv = fg_nv_device(d);
+    if (d->mig >= 0 || dv->mig_enabled)
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+    int32_t pids[MAX_ROWS];
+    unsigned util[MAX_ROWS], n = 0;
+    if (fg_state_lock(&fg_nv.st) != 0)
+        return NVML_ERROR_UNKNOWN;
+    uint64_t now = fg_now_ns(), window = fg_nv.cfg.util_window_ns;
+    const fg_unit *u = &fg_nv.st.sh->unit[dv->unit];
+    for (uint32_t i = 0; i < u->count && n < MAX_ROWS; i++) {
+        const fg_busy *b = &u->ring[i];
+        if (b->end + window <= now || b->start >= now)
+            continue;
+        unsigned k = 0;
+        while (k < n && pids[k] != b->pid) k++;
+        if (k == n) {
+            pids[n] = b->pid;
+            util[n++] = fg_state_util(&fg_nv.st, dv->unit, b->pid, now, window);
+        }
+    }
+    fg_state_unlock(&fg_nv.st);
+    if (stamp <= lastSeenTimeStamp)
+        n = 0;
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned room = *processSamplesCount;
+    *processSamplesCount = n;
+    if (!utilization || room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned i = 0; i < n; i++)
+        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamp, util[i], 0, 0, 0};
+    return NVML_SUCCESS;
+}

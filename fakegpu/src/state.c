@@ -1,0 +1,250 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "state.h"
+
+_Static_assert(sizeof(fg_shared) < (1u << 31), "the size field is 32-bit");
+
+static int fail(char *err, size_t errlen, const char *path, const char *what) {
+    snprintf(err, errlen, "state file %s: %s", path, what);
+    return -1;
+}
+
+static int init_shared(fg_shared *sh, uint64_t identity, unsigned nunits) {
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a) || pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) ||
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) || pthread_mutex_init(&sh->mutex, &a))
+        return -1;
+    pthread_mutexattr_destroy(&a);
+    sh->version = FG_STATE_VERSION;
+    sh->size = (uint32_t)sizeof *sh;
+    sh->identity = identity;
+    sh->nunits = nunits;
+    /* The magic goes last: a reader that sees it sees an initialised struct. */
+    __atomic_store_n(&sh->magic, FG_STATE_MAGIC, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
+    char msg[300];
+    memset(st, 0, sizeof *st);
+    st->fd = -1, st->slot = -1;
+    fg_copy(st->path, sizeof st->path, path);
+    char dir[sizeof st->path];
+    fg_copy(dir, sizeof dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        /* mkdir -p; new directories are shared by every user and container of the host, like /tmp */
+        for (char *c = dir + 1;; c++) {
+            if (*c != '/' && *c != 0)
+                continue;
+            char saved = *c;
+            *c = 0;
+            if (mkdir(dir, 0777) == 0)
+                chmod(dir, 01777);
+            *c = saved;
+            if (!saved)
+                break;
+        }
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(msg, sizeof msg, "cannot open: %s (set FAKEGPU_STATE_DIR to a writable directory)", strerror(errno));
+        return fail(err, errlen, path, msg);
+    }
+    (void)fchmod(fd, 0666); /* best effort: the creator's umask must not lock other users out */
+    /* flock serialises creation; it is independent of the OFD byte locks used for liveness. */
+    struct stat sb;
+    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &sb) != 0) {
+        close(fd);
+        return fail(err, errlen, path, "cannot lock or stat it");
+    }
+    int fresh = sb.st_size == 0;
+    if (fresh && ftruncate(fd, (off_t)sizeof(fg_shared)) != 0) {
+        flock(fd, LOCK_UN), close(fd);
+        return fail(err, errlen, path, "cannot size it (disk full?)");
+    }
+    if (!fresh && sb.st_size != (off_t)sizeof(fg_shared)) {
+        flock(fd, LOCK_UN), close(fd);
+        snprintf(msg, sizeof msg,
+                 "size %lld, this fakegpu build uses %zu: it was made by another build; delete it while no GPU process runs",
+                 (long long)sb.st_size, sizeof(fg_shared));
+        return fail(err, errlen, path, msg);
+    }
+    fg_shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (sh == MAP_FAILED) {
+        flock(fd, LOCK_UN), close(fd);
+        return fail(err, errlen, path, "cannot map it");
+    }
+    const char *bad = NULL;
+    /* No magic under our flock: new, or its creator died half-way; either way (re)initialise. */
+    if (__atomic_load_n(&sh->magic, __ATOMIC_ACQUIRE) != FG_STATE_MAGIC) {
+        if (!fresh && sh->magic != 0)
+            bad = "bad magic: not a fakegpu state file; delete it while no GPU process runs";
+        else if (init_shared(sh, identity, nunits) != 0)
+            bad = "cannot initialise its mutex";
+    } else if (sh->version != FG_STATE_VERSION || sh->size != sizeof *sh) {
+        bad = "written by another fakegpu version; delete it while no GPU process runs";
+    } else if (sh->identity != identity || sh->nunits != nunits) {
+        bad = "belongs to a different profile (same name, other devices); delete it or use another FAKEGPU_STATE_DIR";
+    }
+    flock(fd, LOCK_UN);
+    if (bad) {
+        munmap(sh, sizeof *sh), close(fd);
+        return fail(err, errlen, path, bad);
+    }
+    st->sh = sh, st->fd = fd;
+    return 0;
+}
+
+void fg_state_detach(fg_state *st) {
+    if (st->sh)
+        munmap(st->sh, sizeof *st->sh);
+    if (st->fd >= 0)
+        close(st->fd); /* drops our liveness lock: our slot reads as dead from now on */
+    st->sh = NULL, st->fd = -1, st->slot = -1;
+}
+
+void fg_state_after_fork(fg_state *st) {
+    if (st->fd < 0)
+        return;
+    /* The inherited descriptor shares the parent's lock; ours must be our own. */
+    close(st->fd);
+    st->fd = open(st->path, O_RDWR | O_CLOEXEC);
+    st->slot = -1, st->pid = 0;
+}
+
+static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
+    memset(fl, 0, sizeof *fl);
+    fl->l_type = type;
+    fl->l_whence = SEEK_SET;
+    fl->l_start = FG_LOCK_OFFSET + slot;
+    fl->l_len = 1;
+    return fcntl(fd, cmd, fl);
+}
+
+static int mine(const fg_state *st, int i) { return i == st->slot && st->pid == getpid(); }
+
+static void reap(fg_state *st) {
+    for (int i = 0; i < FG_MAX_SLOTS; i++) {
+        fg_slot *s = &st->sh->slot[i];
+        if (!s->in_use || mine(st, i))
+            continue;
+        struct flock fl;
+        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK)
+            memset(s, 0, sizeof *s); /* its owner is gone: so is its memory */
+    }
+}
+
+int fg_state_lock(fg_state *st) {
+    if (!st->sh)
+        return -1;
+    int rc = pthread_mutex_lock(&st->sh->mutex);
+    if (rc == EOWNERDEAD) {
+        /* The owner died inside a critical section. The only numbers it can have left half
+         * updated are its own slot's, and reap() drops that slot because its lock is gone. */
+        pthread_mutex_consistent(&st->sh->mutex);
+        rc = 0;
+    }
+    if (rc != 0)
+        return -1;
+    if (st->slot >= 0 && st->pid != getpid())
+        fg_state_after_fork(st); /* forked without our atfork handler (raw clone) */
+    reap(st);
+    return 0;
+}
+
+void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
+
+int fg_state_own_slot(fg_state *st) {
+    if (mine(st, st->slot))
+        return st->slot;
+    for (int i = 0; i < FG_MAX_SLOTS; i++) {
+        fg_slot *s = &st->sh->slot[i];
+        struct flock fl;
+        if (s->in_use || byte_lock(st->fd, F_OFD_SETLK, F_WRLCK, i, &fl) != 0)
+            continue;
+        memset(s, 0, sizeof *s);
+        s->in_use = 1;
+        s->pid = (int32_t)getpid();
+        st->slot = i, st->pid = getpid();
+        return i;
+    }
+    return -1;
+}
+
+uint64_t fg_state_unit_used(const fg_state *st, unsigned unit) {
+    uint64_t sum = 0;
+    for (int i = 0; i < FG_MAX_SLOTS; i++)
+        if (st->sh->slot[i].in_use)
+            sum += st->sh->slot[i].used[unit] + st->sh->slot[i].ctx[unit];
+    return sum;
+}
+
+int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit, int is_ctx) {
+    if (unit >= FG_MAX_UNITS)
+        return -1;
+    int s = fg_state_own_slot(st);
+    if (s < 0)
+        return -2;
+    uint64_t used = fg_state_unit_used(st, unit);
+    if (used > limit || bytes > limit - used)
+        return -1;
+    fg_slot *sl = &st->sh->slot[s];
+    (is_ctx ? sl->ctx : sl->used)[unit] += bytes;
+    return 0;
+}
+
+void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx) {
+    if (unit >= FG_MAX_UNITS || !mine(st, st->slot))
+        return;
+    uint64_t *v = &(is_ctx ? st->sh->slot[st->slot].ctx : st->sh->slot[st->slot].used)[unit];
+    *v = *v > bytes ? *v - bytes : 0;
+}
+
+uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window) {
+    fg_unit *u = &st->sh->unit[unit];
+    uint64_t start = u->busy_until > now ? u->busy_until : now, end = start + dur;
+    u->busy_until = end;
+    int32_t pid = (int32_t)getpid();
+    fg_busy *last = u->count ? &u->ring[(u->head + FG_BUSY_RING - 1) % FG_BUSY_RING] : NULL;
+    if (last && last->pid == pid && last->end == start) {
+        last->end = end; /* back-to-back work of one process: one interval */
+        return end;
+    }
+    if (u->count == FG_BUSY_RING) {
+        /* Full: overwrite the oldest unless it still counts for the window; then fold the new
+         * work into the newest interval (the device total stays right, only attribution blurs). */
+        if (u->ring[u->head].end + window > now) {
+            last->end = end;
+            return end;
+        }
+    } else {
+        u->count++;
+    }
+    u->ring[u->head] = (fg_busy){start, end, pid, 0};
+    u->head = (u->head + 1) % FG_BUSY_RING;
+    return end;
+}
+
+unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {
+    const fg_unit *u = &st->sh->unit[unit];
+    uint64_t from = now > window ? now - window : 0, busy = 0;
+    for (uint32_t i = 0; i < u->count; i++) {
+        const fg_busy *b = &u->ring[i];
+        if (pid && b->pid != pid)
+            continue;
+        uint64_t s = b->start > from ? b->start : from, e = b->end < now ? b->end : now;
+        if (e > s)
+            busy += e - s;
+    }
+    uint64_t pct = (busy * 100 + window / 2) / window;
+    return pct > 100 ? 100 : (unsigned)pct;
+}

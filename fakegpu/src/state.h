@@ -1,0 +1,95 @@
+/*
+ * The device state every process on the "host" shares, like the memory and the engines of a
+ * real GPU: a file under FAKEGPU_STATE_DIR, one per profile identity, mmap'd by every process
+ * that loads fakegpu (containers share it through a bind mount).
+ *
+ * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
+ * holding it hands it over as EOWNERDEAD; the next locker marks it consistent and the dead
+ * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again).
+ *
+ * Liveness: every process that uses memory owns a slot and holds a write lock on byte
+ * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
+ * (F_OFD_SETLK): the kernel drops them when the process dies, whatever its PID namespace, and
+ * unlike classic POSIX record locks they are not dropped when the *other* library of the same
+ * process (libnvidia-ml next to libcuda) closes its own descriptor of the file. A slot marked in
+ * use whose byte nobody locks belongs to a dead process and is reclaimed on the next lock.
+ * fork: the child shares the parent's open file description, so it reopens the file and takes a
+ * slot of its own (fg_state_after_fork); O_CLOEXEC keeps exec'd programs from inheriting it.
+ */
+#ifndef FG_STATE_H
+#define FG_STATE_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fg.h"
+
+#define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
+#define FG_STATE_VERSION 1
+#define FG_MAX_SLOTS 128
+#define FG_BUSY_RING 1024
+
+typedef struct fg_busy {
+    uint64_t start, end; /* CLOCK_MONOTONIC ns */
+    int32_t pid;
+    uint32_t pad;
+} fg_busy;
+
+typedef struct fg_unit {
+    uint64_t busy_until;         /* the end of the queued work: the simulated engine timeline */
+    uint32_t head, count;
+    fg_busy ring[FG_BUSY_RING];  /* recent busy intervals, for utilisation */
+} fg_unit;
+
+typedef struct fg_slot {
+    int32_t pid;                 /* as the owner sees itself */
+    uint32_t in_use;
+    uint64_t used[FG_MAX_UNITS]; /* bytes of allocations */
+    uint64_t ctx[FG_MAX_UNITS];  /* bytes charged for contexts */
+} fg_slot;
+
+typedef struct fg_shared {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;
+    uint64_t identity;
+    uint32_t nunits;
+    uint32_t pad;
+    pthread_mutex_t mutex;
+    fg_slot slot[FG_MAX_SLOTS];
+    fg_unit unit[FG_MAX_UNITS];
+} fg_shared;
+
+#define FG_LOCK_OFFSET ((off_t)sizeof(fg_shared))
+
+typedef struct fg_state {
+    fg_shared *sh;
+    int fd;
+    int slot;  /* this process's slot, -1 until it needs one */
+    pid_t pid; /* the process that owns `slot` */
+    char path[600];
+} fg_state;
+
+int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen);
+void fg_state_detach(fg_state *st);
+
+/* Locks the shared mutex and reclaims dead processes' slots. 0 or -1. */
+int fg_state_lock(fg_state *st);
+void fg_state_unlock(fg_state *st);
+
+/* The rest is called with the lock held. */
+int fg_state_own_slot(fg_state *st); /* takes a slot on first use; -1 when all are taken */
+uint64_t fg_state_unit_used(const fg_state *st, unsigned unit);
+/* 0: charged; -1: would exceed limit; -2: no free slot. */
+int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit, int is_ctx);
+void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx);
+/* Appends dur ns of work to the unit's timeline; returns when it will have finished. */
+uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window);
+/* Busy percentage of the unit over [now - window, now], for one pid or all (pid 0). */
+unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
+
+/* Not under the lock: in a forked child, before anything else. */
+void fg_state_after_fork(fg_state *st);
+
+#endif

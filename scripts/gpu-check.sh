@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The real-GPU check of libvgpu.so: run as root on a machine with an NVIDIA GPU, its driver and a
+# CUDA toolkit (the nightly GPU job; release engineers). The fake driver must not be the only judge.
+#
+# Builds the library (current and HAMi-core v2.10 profiles), cudaprobe/gpuinfo against the real
+# driver and a CUDA runtime probe with nvcc, then checks a 3000 MiB limit:
+#   env     preload + CUDA_DEVICE_MEMORY_LIMIT_0=3000m     4096 refused, 2048 granted, total 3000
+#   login   env -i, /etc/ld.so.preload + /overrideEnv      4096 refused (the fix)
+#   legacy  the same with the v2.10 profile                4096 granted (the upstream bug)
+# through linked symbols, dlsym, cuGetProcAddress, the CUDA runtime, and nvidia-smi / NVML.
+# The login cases run in hamicore/test/privatens (a private mount namespace chrooted into an
+# overlay of /), so the host's / and /etc are never written. Then overhead figures, native vs
+# library. One line per check; exits 1 on any mismatch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${OUT:-$root/build-gpu}
+[ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
+command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
+set -e
+make -s -C hamicore OUT="$out" >/dev/null
+make -s -C fakegpu tools-real OUT="$out" >/dev/null
+mkdir -p "$out/bin-real"
+nvcc -O2 -o "$out/bin-real/cudart_probe" harness/gpu/cudart_probe.cu
+set +e
+lib=$out/lib/libvgpu.so
+legacy=$out/lib/libvgpu-hami-v2.10.so
+bin=$out/bin-real
+work=$(mktemp -d /tmp/gpu-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail=0
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "CUDA toolkit: $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+
+check() { # NAME WANT OUTPUT — WANT: refused | granted | a substring the output must contain
+	local name=$1 want=$2 got=$3 ok=0
+	case $want in
+	refused) grep -q '"error":"[A-Za-z_]*\(OUT_OF_MEMORY\|MemoryAllocation\)' <<<"$got" && ok=1 ;;
+	granted) grep -q '"error":null' <<<"$got" && ok=1 ;;
+	*) grep -q -- "$want" <<<"$got" && ok=1 ;;
+	esac
+	[ $ok = 1 ] || fail=1
+	printf '%-4s %-46s want %-22s %s\n' "$([ $ok = 1 ] && echo PASS || echo FAIL)" "$name" "$want" \
+		"$(tr '\n' ' ' <<<"$got" | cut -c1-220)"
+}
+
+# The plugin's file for one 3000 MiB device, with the pod's cache directory.
+cache=$work/pod
+mkdir -p "$cache"
+printf 'CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s/usage.cache\nHAMI_LIMITS_FORMAT=1\n' \
+	"$cache" >"$work/limits"
+envlimit=(CUDA_DEVICE_MEMORY_LIMIT_0=3000m "CUDA_DEVICE_MEMORY_SHARED_CACHE=$cache/usage.cache")
+# in_container LIB CMD...: no environment at all, the library only through /etc/ld.so.preload and
+# the limits only through /overrideEnv — a login session in a HAMi container.
+in_container() {
+	local l=$1
+	shift
+	hamicore/test/privatens --preload "$l" --override-env "$work/limits" --private-tmp \
+		--bind "$cache" --bind /usr/local/nvidia --bind "$root" -- /usr/bin/env -i "$@"
+}
+
+echo "== native (no library)"
+check "native cudaprobe 4096" granted "$("$bin/cudaprobe" --mib 4096 2>&1)"
+
+echo "== env: preload + CUDA_DEVICE_MEMORY_LIMIT_0=3000m"
+for api in symbols dlsym procaddress; do
+	check "env $api 4096" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudaprobe" --api=$api --mib 4096 2>&1)"
+	check "env $api 2048" granted "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudaprobe" --api=$api --mib 2048 2>&1)"
+done
+check "env cudaprobe total" '"total_mib":3000' "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudaprobe" --mib 1 2>&1)"
+check "env cudart cudaMalloc 4096" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 4096 2>&1)"
+check "env cudart cudaMalloc 2048" granted "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 2048 2>&1)"
+check "env nvidia-smi total" '3000MiB' "$(env LD_PRELOAD="$lib" "${envlimit[@]}" nvidia-smi 2>&1)"
+check "env gpuinfo total" '3000' "$(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/gpuinfo" 2>&1)"
+
+echo "== login: env -i, /etc/ld.so.preload + /overrideEnv (current library)"
+for api in symbols dlsym procaddress; do
+	check "login $api 4096" refused "$(in_container "$lib" "$bin/cudaprobe" --api=$api --mib 4096 2>&1)"
+done
+check "login cudart cudaMalloc 4096" refused "$(in_container "$lib" "$bin/cudart_probe" alloc 4096 2>&1)"
+check "login nvidia-smi total" '3000MiB' "$(in_container "$lib" /usr/bin/nvidia-smi 2>&1)"
+check "login joined the pod's usage.cache" '"pid"' "$("$out/bin/regiondump" "$cache/usage.cache" 2>&1)"
+
+echo "== legacy: the same with the HAMi-core v2.10 profile (the upstream bug)"
+check "legacy login cudaprobe 4096" granted "$(in_container "$legacy" "$bin/cudaprobe" --mib 4096 2>&1)"
+check "legacy login cudart cudaMalloc 4096" granted "$(in_container "$legacy" "$bin/cudart_probe" alloc 4096 2>&1)"
+
+echo "== overhead: medians of 2000 cudaMalloc+cudaFree (1 MiB) and empty launches; init = cudaFree(0)"
+for i in 1 2 3; do echo "native  $("$bin/cudart_probe" bench 2000 2>&1)"; done
+for i in 1 2 3; do echo "library $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" bench 2000 2>&1)"; done
+echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"
+[ $fail = 0 ] && echo "gpu-check: all checks passed" || echo "gpu-check: FAILED"
+exit $fail

@@ -1,0 +1,137 @@
+package hamicore_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// loginSession runs allocprobe the way an SSH / su - / cron process starts: NO environment at
+// all (env -i), the library loaded only through /etc/ld.so.preload, the limits only in
+// /overrideEnv — both placed in a private mount namespace by test/privatens (root only). The
+// fake GPU's profile goes to fakegpu's default path inside the namespace, so not even FAKEGPU_*
+// variables are needed.
+func (e *env) loginSession(lib, limits string, args ...string) (probeResult, string) {
+	e.t.Helper()
+	if os.Geteuid() != 0 {
+		e.t.Skip("skipped: needs root for unshare -m and mounts (the login-session tests build a private mount namespace)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		e.t.Skip("skipped: unshare(1) not installed")
+	}
+	profile := os.Getenv("FAKEGPU_PROFILE")
+	if profile == "" {
+		profile = filepath.Join(e.p.Root, "fakegpu", "profiles", "a16-16q.profile")
+	} else if !strings.Contains(profile, "/") {
+		profile = filepath.Join(os.Getenv("FAKEGPU_PROFILE_DIR"), profile+".profile")
+	}
+	limitsFile := filepath.Join(e.t.TempDir(), "limits")
+	if err := os.WriteFile(limitsFile, []byte(limits), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	argv := []string{
+		"--preload", filepath.Join(e.p.Lib, lib),
+		"--override-env", limitsFile,
+		"--file", "/etc/fakegpu/profile=" + profile,
+		"--private-tmp", // v2.10's fallback /tmp/cudevshr.cache must be fresh, as in a new container
+		"--bind", e.p.Out, "--bind", filepath.Dir(e.pod),
+		"--", "env", "-i", filepath.Join(e.p.Bin, "hamicore-allocprobe"),
+	}
+	c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"), append(argv, args...)...)
+	c.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	var errb strings.Builder
+	c.Stderr = &errb
+	out, err := c.Output()
+	if err != nil {
+		e.t.Fatalf("privatens: %v\nstdout: %s\nstderr: %s", err, out, errb.String())
+	}
+	return parseProbe(e.t, string(out))[0], errb.String()
+}
+
+func (e *env) podLimits() string {
+	return fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s\nCUDA_DEVICE_SM_LIMIT=50\nHAMI_LIMITS_FORMAT=1\n", e.cache)
+}
+
+// The bug this project exists for: a login session (no environment) is capped by the limits
+// file and joins the pod's usage.cache.
+func TestLoginSessionCappedByOverrideEnv(t *testing.T) {
+	e := newEnv(t)
+	r, _ := e.loginSession("libvgpu.so", e.podLimits(), "--mib", "4096")
+	if !refused(r) || r.TotalMiB != 3000 {
+		t.Fatalf("env -i process with /overrideEnv: %+v, want 4096 MiB refused and a 3000 MiB device", r)
+	}
+	reg := e.dump()
+	joined := false
+	for _, s := range reg.Slots {
+		joined = joined || s.Pid == r.Pid
+	}
+	if !joined || reg.MemLimit[0] != 3000*mib {
+		t.Fatalf("the login-session process (pid %d) did not join the pod's usage.cache: %+v", r.Pid, reg)
+	}
+}
+
+// The same with the v2.10 profile reproduces the upstream bug: granted, and the pod never sees it.
+func TestLoginSessionLegacyProfileUncapped(t *testing.T) {
+	e := newEnv(t)
+	r, _ := e.loginSession("libvgpu-hami-v2.10.so", e.podLimits(), "--mib", "4096")
+	if !granted(r) {
+		t.Fatalf("v2.10 profile, env -i process: %+v, want 4096 MiB granted (the upstream bug)", r)
+	}
+	if _, err := os.Stat(e.cache); !os.IsNotExist(err) {
+		t.Fatalf("v2.10 profile: the env-less process created/joined %s (err %v)", e.cache, err)
+	}
+}
+
+// A damaged file end to end: every kind of bad line is reported with its number and skipped,
+// and the lines after them still apply (CRLF limit = 3000 MiB, not 3000 bytes).
+func TestLoginSessionMalformedFile(t *testing.T) {
+	e := newEnv(t)
+	limits := "CUDA_DEVICE_SM_LIMIT=30\n" + // 1
+		"no equals sign\n" + // 2 skipped
+		"\n" + // 3 skipped
+		"=value\n" + // 4 skipped
+		"\x01\xff\xfe binary garbage\x00\n" + // 5 skipped
+		"CUDA_DEVICE_MEMORY_LIMIT_0=3000mb\n" + // 6 skipped
+		"X=" + strings.Repeat("y", 1<<20) + "\n" + // 7 skipped (1 MiB)
+		"CUDA_DEVICE_MEMORY_LIMIT_0=3000m\r\n" + // 8 applies
+		"CUDA_DEVICE_MEMORY_SHARED_CACHE=" + e.cache + "\r\n" // 9 applies
+	r, stderr := e.loginSession("libvgpu.so", limits, "--mib", "4096")
+	if !refused(r) || r.TotalMiB != 3000 {
+		t.Fatalf("malformed /overrideEnv: %+v, want 4096 MiB refused under 3000 MiB\nstderr: %s", r, stderr)
+	}
+	for _, n := range []int{2, 3, 4, 5, 6, 7} {
+		if want := fmt.Sprintf("/overrideEnv line %d:", n); !strings.Contains(stderr, want) || !strings.Contains(stderr, "ERROR") {
+			t.Errorf("stderr does not report %q as an ERROR:\n%s", want, stderr)
+		}
+	}
+	if r2, _ := e.loginSession("libvgpu.so", limits, "--mib", "2048"); !granted(r2) {
+		t.Errorf("malformed /overrideEnv, 2048 MiB: %+v, want granted", r2)
+	}
+}
+
+// The file beats the environment: a process whose environment says 8000m is capped at 3000m.
+func TestFileBeatsEnvironment(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root for unshare -m and mounts (a private /overrideEnv)")
+	}
+	e := newEnv(t)
+	limitsFile := filepath.Join(t.TempDir(), "limits")
+	if err := os.WriteFile(limitsFile, []byte(e.podLimits()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"),
+		"--override-env", limitsFile, "--bind", e.p.Out, "--bind", filepath.Dir(e.pod), "--bind", "/tmp", "--",
+		"env", "CUDA_DEVICE_MEMORY_LIMIT_0=8000m", "LD_PRELOAD="+filepath.Join(e.p.Lib, "libvgpu.so"),
+		filepath.Join(e.p.Bin, "hamicore-allocprobe"), "--mib", "4096")
+	c.Env = e.base
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r := parseProbe(t, string(out))[0]; !refused(r) || r.TotalMiB != 3000 {
+		t.Fatalf("file 3000m vs environment 8000m: %+v, want the file's 3000 MiB", r)
+	}
+}

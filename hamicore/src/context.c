@@ -1,0 +1,156 @@
+/* Context hooks: pass-through wrappers whose only job is to keep the per-thread device cache of
+ * context.h right. They do not initialise the library (no region is needed to forget a cache). */
+#include "context.h"
+
+#include "limitbed/region.h"
+#include "symbols.h"
+
+_Atomic unsigned long lb_ctx_epoch = 1;
+_Thread_local struct lb_dev_cache lb_tls_dev __attribute__((tls_model("initial-exec")));
+
+int lb_cur_device_slow(int *dev)
+{
+    /* Snapshot the epoch before asking: a destroy racing with the call then invalidates what we
+     * cache instead of being overwritten by it. */
+    unsigned long epoch = atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed);
+    CUdevice d;
+    __typeof__(&cuCtxGetDevice) f = LB_REAL(cuCtxGetDevice);
+    if (!f || f(&d) != CUDA_SUCCESS || d < 0 || d >= LB_REGION_MAX_DEVICES)
+        return -1; /* no current context: not cached, the driver will refuse the call itself */
+    lb_tls_dev.dev = d;
+    lb_tls_dev.epoch = epoch;
+    *dev = d;
+    return 0;
+}
+
+#define REAL_OR_FAIL(w)                                                                                             \
+    __typeof__(&w) real = LB_REAL(w);                                                                               \
+    if (!real)                                                                                                      \
+        return CUDA_ERROR_NOT_FOUND
+
+/* The cache is dropped after the call: whatever the driver did (even on an error), the next
+ * allocation asks it again. */
+LB_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    REAL_OR_FAIL(cuCtxSetCurrent);
+    CUresult r = real(ctx);
+    lb_ctx_changed_here();
+    return r;
+}
+
+LB_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    REAL_OR_FAIL(cuCtxPushCurrent_v2);
+    CUresult r = real(ctx);
+    lb_ctx_changed_here();
+    return r;
+}
+
+CUresult lbw_cuCtxPushCurrent_v1(CUcontext ctx)
+{
+    REAL_OR_FAIL(lbw_cuCtxPushCurrent_v1);
+    CUresult r = real(ctx);
+    lb_ctx_changed_here();
+    return r;
+}
+
+LB_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    REAL_OR_FAIL(cuCtxPopCurrent_v2);
+    CUresult r = real(pctx);
+    lb_ctx_changed_here();
+    return r;
+}
+
+CUresult lbw_cuCtxPopCurrent_v1(CUcontext *pctx)
+{
+    REAL_OR_FAIL(lbw_cuCtxPopCurrent_v1);
+    CUresult r = real(pctx);
+    lb_ctx_changed_here();
+    return r;
+}
+
+/* cuCtxCreate makes the new context current on the calling thread. */
+LB_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    REAL_OR_FAIL(cuCtxCreate_v2);
+    CUresult r = real(pctx, flags, dev);
+    lb_ctx_changed_here();
+    return r;
+}
+
+CUresult lbw_cuCtxCreate_v1(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    REAL_OR_FAIL(lbw_cuCtxCreate_v1);
+    CUresult r = real(pctx, flags, dev);
+    lb_ctx_changed_here();
+    return r;
+}
+
+LB_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *paramsArray, int numParams, unsigned int flags,
+                                  CUdevice dev)
+{
+    REAL_OR_FAIL(cuCtxCreate_v3);
+    CUresult r = real(pctx, paramsArray, numParams, flags, dev);
+    lb_ctx_changed_here();
+    return r;
+}
+
+LB_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+    REAL_OR_FAIL(cuCtxCreate_v4);
+    CUresult r = real(pctx, ctxCreateParams, flags, dev);
+    lb_ctx_changed_here();
+    return r;
+}
+
+/* Destroying a context pops it from the calling thread, and it may be current elsewhere. */
+LB_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    REAL_OR_FAIL(cuCtxDestroy_v2);
+    CUresult r = real(ctx);
+    lb_ctx_changed_all();
+    return r;
+}
+
+CUresult lbw_cuCtxDestroy_v1(CUcontext ctx)
+{
+    REAL_OR_FAIL(lbw_cuCtxDestroy_v1);
+    CUresult r = real(ctx);
+    lb_ctx_changed_all();
+    return r;
+}
+
+/* Releasing the last reference or resetting destroys the primary context, wherever current.
+ * (cuDevicePrimaryCtxRetain makes nothing current, so it needs no hook.) */
+LB_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    REAL_OR_FAIL(cuDevicePrimaryCtxRelease_v2);
+    CUresult r = real(dev);
+    lb_ctx_changed_all();
+    return r;
+}
+
+CUresult lbw_cuDevicePrimaryCtxRelease_v1(CUdevice dev)
+{
+    REAL_OR_FAIL(lbw_cuDevicePrimaryCtxRelease_v1);
+    CUresult r = real(dev);
+    lb_ctx_changed_all();
+    return r;
+}
+
+LB_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    REAL_OR_FAIL(cuDevicePrimaryCtxReset_v2);
+    CUresult r = real(dev);
+    lb_ctx_changed_all();
+    return r;
+}
+
+CUresult lbw_cuDevicePrimaryCtxReset_v1(CUdevice dev)
+{
+    REAL_OR_FAIL(lbw_cuDevicePrimaryCtxReset_v1);
+    CUresult r = real(dev);
+    lb_ctx_changed_all();
+    return r;
+}

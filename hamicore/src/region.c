@@ -1,0 +1,359 @@
+/*
+ * The shared usage region (layout: include/limitbed/region.h, docs/usage-cache.md).
+ *
+ * Creation is serialised with a blocking fcntl lock on the creation byte of the companion lock
+ * range (released by the kernel if the creator dies); the magic is written last, so a region
+ * without it is re-initialised by the next process. Slot bookkeeping runs under a process-shared
+ * robust mutex inside the file (a holder that dies leaves EOWNERDEAD, which we make consistent).
+ * Each live process holds an fcntl write lock on its slot's byte: F_GETLK tells any process, in
+ * any PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
+ *
+ * Library manners: no umask change (fchmod of a file we created instead), no signal handlers,
+ * no exit(); every failure degrades to a private region with the process's own limits.
+ */
+#include "region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fmt.h"
+#include "log.h"
+
+struct lb_region_header *lb_region;
+_Atomic(struct lb_region_slot *) lb_region_slot;
+static int g_fd = -1;
+static int g_slot_idx = -1;
+static pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct lb_region_slot g_overflow_slot; /* all slots taken: account locally only */
+
+static int lock_byte(int cmd, short type, off_t off)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
+    int r;
+    do
+        r = fcntl(g_fd, cmd, &fl);
+    while (r != 0 && errno == EINTR);
+    return r;
+}
+
+/* Is the owner of slot i alive? Unknown counts as alive: never reclaim on doubt. */
+static int slot_alive(int i)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
+    if (fcntl(g_fd, F_GETLK, &fl) != 0)
+        return 1;
+    return fl.l_type != F_UNLCK;
+}
+
+static int mutex_lock(void)
+{
+    int r = pthread_mutex_lock(&lb_region->mutex.m);
+    if (r == EOWNERDEAD) {
+        LB_WARN("a process died holding the usage cache lock; recovered it");
+        pthread_mutex_consistent(&lb_region->mutex.m);
+        return 0;
+    }
+    if (r != 0)
+        LB_ERROR("usage cache lock unusable (error %d); continuing without it", r);
+    return r;
+}
+
+static void mutex_unlock(int locked_rc)
+{
+    if (locked_rc == 0)
+        pthread_mutex_unlock(&lb_region->mutex.m);
+}
+
+/* Reclaim slots whose owner died: their bytes come off the container totals. Caller holds the
+ * mutex. *others = live slots other than ours. Returns how many were reclaimed. */
+static int reclaim_locked(int *others)
+{
+    struct lb_region_slot *s = lb_region_slots(lb_region);
+    uint32_t hwm = atomic_load(&lb_region->slot_hwm);
+    int n = 0;
+    *others = 0;
+    for (uint32_t i = 0; i < hwm && i < LB_REGION_MAX_SLOTS; i++) {
+        if ((int)i == g_slot_idx || atomic_load(&s[i].state) != LB_SLOT_ACTIVE)
+            continue;
+        if (slot_alive((int)i)) {
+            ++*others;
+            continue;
+        }
+        LB_INFO("usage cache: reclaimed slot %u of dead pid %d", i, s[i].pid);
+        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+            /* A dead owner cannot race with us on its own slot. */
+            uint64_t u = atomic_exchange(&s[i].used[d], 0);
+            if (u)
+                atomic_fetch_sub(&lb_region->used_total[d], u);
+        }
+        s[i].pid = 0;
+        s[i].hostpid = 0;
+        atomic_store(&s[i].state, LB_SLOT_FREE);
+        n++;
+    }
+    return n;
+}
+
+static int reclaim(void)
+{
+    int others, rc = mutex_lock();
+    int n = reclaim_locked(&others);
+    mutex_unlock(rc);
+    return n;
+}
+
+/* Host pid: known for certain only in the initial PID namespace (its inode is fixed by the
+ * kernel ABI, PROC_PID_INIT_INO). Elsewhere 0 = unknown; the monitor resolves it. */
+static int32_t host_pid(void)
+{
+    char buf[64];
+    ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+    if (n > 0) {
+        buf[n] = '\0';
+        if (strcmp(buf, "pid:[4026531836]") == 0)
+            return (int32_t)getpid();
+    }
+    return 0;
+}
+
+struct lb_region_slot *lb_region_claim(void)
+{
+    pthread_mutex_lock(&g_claim_lock);
+    struct lb_region_slot *mine = atomic_load(&lb_region_slot);
+    if (mine) {
+        pthread_mutex_unlock(&g_claim_lock);
+        return mine;
+    }
+    struct lb_region_slot *s = lb_region_slots(lb_region);
+    int others, rc = mutex_lock();
+    reclaim_locked(&others);
+    if (others == 0 && !(atomic_load(&lb_region->flags) & LB_FLAG_OVERFLOW_SEEN)) {
+        /* Nobody else lives and we hold nothing yet (a process reserves only after claiming,
+         * under this mutex): the totals must be 0. Repairs the over-count a process killed
+         * between its two counter updates leaves behind. */
+        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+            atomic_store(&lb_region->used_total[d], 0);
+    }
+    for (int i = 0; i < LB_REGION_MAX_SLOTS; i++) {
+        if (atomic_load(&s[i].state) != LB_SLOT_FREE)
+            continue;
+        if (lock_byte(F_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
+            continue; /* someone alive holds it: not ours to take */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s[i].pid = (int32_t)getpid();
+        s[i].hostpid = host_pid();
+        s[i].claimed_at = (uint64_t)ts.tv_sec;
+        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+            atomic_store(&s[i].used[d], 0);
+        atomic_store(&s[i].state, LB_SLOT_ACTIVE);
+        uint32_t hwm = atomic_load(&lb_region->slot_hwm);
+        while (hwm < (uint32_t)i + 1 && !atomic_compare_exchange_weak(&lb_region->slot_hwm, &hwm, (uint32_t)i + 1))
+            ;
+        g_slot_idx = i;
+        mine = &s[i];
+        break;
+    }
+    mutex_unlock(rc);
+    if (!mine) {
+        LB_ERROR("usage cache: all %d process slots are taken; this process's memory counts in the container "
+                 "totals but is not reclaimed if it dies", LB_REGION_MAX_SLOTS);
+        atomic_fetch_or(&lb_region->flags, LB_FLAG_OVERFLOW_SEEN);
+        mine = &g_overflow_slot;
+    } else {
+        LB_DEBUG("usage cache: slot %d, pid %d, host pid %d", g_slot_idx, mine->pid, mine->hostpid);
+    }
+    atomic_store(&lb_region_slot, mine);
+    pthread_mutex_unlock(&g_claim_lock);
+    return mine;
+}
+
+/* fresh: the file was just extended from size 0, so it reads as zeros already; writing them
+ * again would fault in every page of it (49 page-cache pages: most of the cost of creating a
+ * region). A region whose creator died before writing the magic may hold anything: cleared. */
+static void stamp(struct lb_region_header *h, const struct lb_config *cfg, int fresh)
+{
+    if (!fresh)
+        memset(h, 0, LB_REGION_LOCK_OFFSET);
+    h->version = LB_REGION_VERSION;
+    h->header_size = LB_REGION_HEADER_SIZE;
+    h->file_size = LB_REGION_FILE_SIZE;
+    h->max_devices = LB_REGION_MAX_DEVICES;
+    h->max_slots = LB_REGION_MAX_SLOTS;
+    h->slot_size = LB_REGION_SLOT_SIZE;
+    h->lock_offset = LB_REGION_LOCK_OFFSET;
+    h->creator_pid = (int32_t)getpid();
+    h->limits_format = cfg->format;
+    h->policy = cfg->policy;
+    h->priority = cfg->priority;
+    h->flags = cfg->oversubscribe ? LB_FLAG_OVERSUBSCRIBE : 0;
+    h->util_switch = 1; /* as upstream: the limit applies until a monitor says the GPU is not shared */
+    memcpy(h->mem_limit, cfg->mem_limit, sizeof h->mem_limit);
+    memcpy(h->sm_limit, cfg->sm_limit, sizeof h->sm_limit);
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&h->mutex.m, &a);
+    pthread_mutexattr_destroy(&a);
+    atomic_store_explicit(&h->magic, LB_REGION_MAGIC, memory_order_release);
+}
+
+static const char *limit_str(uint64_t v, char *buf, size_t n)
+{
+    if (v == LB_MEM_UNLIMITED)
+        return "unlimited";
+    lb_fmt(buf, n, "%llu bytes", (unsigned long long)v);
+    return buf;
+}
+
+static void compare(const struct lb_region_header *h, const struct lb_config *cfg, const char *path)
+{
+    char a[40], b[40];
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+        if (h->mem_limit[d] != cfg->mem_limit[d])
+            LB_ERROR("%s: device %d memory limit conflict: this process has %s, the region has %s (stamped by pid "
+                     "%d); the region's applies (first writer wins)",
+                     path, d, limit_str(cfg->mem_limit[d], a, sizeof a), limit_str(h->mem_limit[d], b, sizeof b),
+                     h->creator_pid);
+        if (h->sm_limit[d] != cfg->sm_limit[d])
+            LB_INFO("%s: device %d SM limit conflict: this process has %u%%, the region has %u%%; the region's "
+                    "applies",
+                    path, d, cfg->sm_limit[d], h->sm_limit[d]);
+    }
+}
+
+/* Map g_fd as the region; create/stamp it if needed. Caller holds the creation lock. */
+static struct lb_region_header *map_region(const struct lb_config *cfg, const char *path)
+{
+    struct stat st;
+    if (fstat(g_fd, &st) != 0) {
+        LB_ERROR("%s: fstat failed (errno %d)", path, errno);
+        return NULL;
+    }
+    int fresh = st.st_size == 0;
+    if (fresh && ftruncate(g_fd, LB_REGION_FILE_SIZE) != 0) {
+        LB_ERROR("%s: cannot size the region (errno %d)", path, errno);
+        return NULL;
+    }
+    if (st.st_size != 0 && st.st_size != (off_t)LB_REGION_FILE_SIZE) {
+        uint64_t magic = 0;
+        if (pread(g_fd, &magic, sizeof magic, 0) != (ssize_t)sizeof magic)
+            magic = 0;
+        LB_ERROR("%s: not a limitbed v%u usage cache (size %lld, expected %u; first bytes 0x%llx%s)", path,
+                 LB_REGION_VERSION, (long long)st.st_size, LB_REGION_FILE_SIZE, (unsigned long long)magic,
+                 (uint32_t)magic == 19920718u ? ", an upstream HAMi-core region" : "");
+        return NULL;
+    }
+    void *p = mmap(NULL, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, 0);
+    if (p == MAP_FAILED) {
+        LB_ERROR("%s: mmap failed (errno %d)", path, errno);
+        return NULL;
+    }
+    struct lb_region_header *h = p;
+    uint64_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+    if (magic == 0) {
+        /* New, or its creator died before finishing: nobody attached to it (attaching needs the
+         * magic, checked under the creation lock we hold), so it is ours to stamp. */
+        stamp(h, cfg, fresh);
+        LB_INFO("%s: created; limits stamped by this process", path);
+        return h;
+    }
+    if (magic != LB_REGION_MAGIC || h->version != LB_REGION_VERSION || h->file_size != LB_REGION_FILE_SIZE ||
+        h->header_size != LB_REGION_HEADER_SIZE || h->slot_size != LB_REGION_SLOT_SIZE ||
+        h->max_slots != LB_REGION_MAX_SLOTS || h->max_devices != LB_REGION_MAX_DEVICES ||
+        h->lock_offset != LB_REGION_LOCK_OFFSET) {
+        LB_ERROR("%s: magic/version/layout mismatch (magic 0x%llx, version %u; expected version %u)", path,
+                 (unsigned long long)magic, h->version, LB_REGION_VERSION);
+        munmap(p, LB_REGION_FILE_SIZE);
+        return NULL;
+    }
+    compare(h, cfg, path);
+    return h;
+}
+
+static struct lb_region_header *attach(const struct lb_config *cfg, const char *path)
+{
+    if (lock_byte(F_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
+        LB_ERROR("%s: cannot take the creation lock (errno %d)", path, errno);
+        return NULL;
+    }
+    struct lb_region_header *h = map_region(cfg, path);
+    lock_byte(F_SETLK, F_UNLCK, LB_REGION_LOCK_OFFSET);
+    return h;
+}
+
+void lb_region_init(const struct lb_config *cfg)
+{
+    const char *path = cfg->cache_path;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd >= 0) {
+        fchmod(fd, 0666); /* every process of the pod shares it, whatever its uid; umask untouched */
+    } else if (errno == EEXIST) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd >= 0) {
+        g_fd = fd;
+        lb_region = attach(cfg, path);
+        if (!lb_region) {
+            close(fd);
+            g_fd = -1;
+        }
+    } else {
+        LB_ERROR("%s: cannot open the usage cache (errno %d)", path, errno);
+    }
+    if (!lb_region) {
+        /* Never crash, never run uncapped: enforce this process's own limits in a private region
+         * (a memfd, so fcntl slot locks and fork children work the same way). */
+        LB_ERROR("enforcing this process's own limits without the shared usage cache; other processes of the "
+                 "pod are not counted");
+        g_fd = memfd_create("limitbed-usage", MFD_CLOEXEC);
+        if (g_fd >= 0)
+            lb_region = attach(cfg, "private usage region");
+        if (!lb_region) {
+            /* Last resort: anonymous memory, no liveness (only this process uses it). */
+            void *p = mmap(NULL, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED) {
+                lb_region = p;
+                stamp(lb_region, cfg, 1); /* anonymous memory is zero-filled */
+            }
+        }
+    } else {
+        LB_DEBUG("%s: attached", path);
+    }
+    if (!lb_region)
+        return;
+    lb_region_mine(); /* join the pod's accounting now: the monitor sees the process from its first call */
+}
+
+void lb_region_after_fork(void)
+{
+    /* fcntl locks are not inherited: the child has no slot until it claims one. */
+    atomic_store(&lb_region_slot, NULL);
+    g_slot_idx = -1;
+    pthread_mutex_init(&g_claim_lock, NULL);
+}
+
+int lb_region_reserve_retry(int dev, uint64_t bytes)
+{
+    struct lb_region_slot *s = lb_region_mine();
+    uint64_t lim = lb_region->mem_limit[dev];
+    for (int attempt = 0;; attempt++) {
+        if (bytes <= lim) {
+            uint64_t t = lb_region_add(s, dev, bytes);
+            if (t <= lim && t >= bytes)
+                return 1;
+            lb_region_sub(s, dev, bytes);
+        }
+        /* Over the limit: memory charged to dead processes may be what is in the way. */
+        if (bytes > lim || attempt > 0 || reclaim() == 0)
+            return 0;
+    }
+}

@@ -1,0 +1,69 @@
+#ifndef LB_SYMBOLS_H
+#define LB_SYMBOLS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "limitbed/cuda_abi.h"
+#include "limitbed/nvml_abi.h"
+
+#define LB_EXPORT __attribute__((visibility("default")))
+/* Export a wrapper under a name the ABI headers turn into a macro (cuMemAlloc -> cuMemAlloc_v2). */
+#define LB_SYMBOL(s) __asm__(#s)
+
+enum lb_lib { LB_LIB_CUDA = 0, LB_LIB_NVML = 1 };
+
+/* Entry points without a declaration in the ABI headers: same signatures as their base names. */
+typedef unsigned int lb_deviceptr_v1;
+LB_EXPORT CUresult lbw_cuMemAlloc_v1(lb_deviceptr_v1 *dptr, unsigned int bytesize) LB_SYMBOL(cuMemAlloc);
+LB_EXPORT CUresult lbw_cuMemFree_v1(lb_deviceptr_v1 dptr) LB_SYMBOL(cuMemFree);
+LB_EXPORT nvmlReturn_t lbw_nvmlInit_v1(void) LB_SYMBOL(nvmlInit);
+LB_EXPORT CUresult lbw_cuCtxCreate_v1(CUcontext *pctx, unsigned int flags, CUdevice dev) LB_SYMBOL(cuCtxCreate);
+LB_EXPORT CUresult lbw_cuCtxDestroy_v1(CUcontext ctx) LB_SYMBOL(cuCtxDestroy);
+LB_EXPORT CUresult lbw_cuCtxPushCurrent_v1(CUcontext ctx) LB_SYMBOL(cuCtxPushCurrent);
+LB_EXPORT CUresult lbw_cuCtxPopCurrent_v1(CUcontext *pctx) LB_SYMBOL(cuCtxPopCurrent);
+LB_EXPORT CUresult lbw_cuDevicePrimaryCtxRelease_v1(CUdevice dev) LB_SYMBOL(cuDevicePrimaryCtxRelease);
+LB_EXPORT CUresult lbw_cuDevicePrimaryCtxReset_v1(CUdevice dev) LB_SYMBOL(cuDevicePrimaryCtxReset);
+/* Newer context constructors; their parameter structs are only passed through (opaque here). */
+CUresult cuCtxCreate_v3(CUcontext *pctx, void *paramsArray, int numParams, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev);
+__typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
+__typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
+__typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
+__typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
+__typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
+
+enum lb_sym_id {
+#define LB_HOOK(lib, name, sym, w, since, until, ptds) LB_ID_##w,
+#define LB_NEED(lib, sym) LB_ID_##sym,
+#include "hooks.def"
+#undef LB_HOOK
+#undef LB_NEED
+    LB_SYM_COUNT
+};
+
+extern _Atomic(void *) lb_real[LB_SYM_COUNT];
+void *lb_sym_resolve(int id);
+
+static inline void *lb_real_get(int id)
+{
+    void *p = atomic_load_explicit(&lb_real[id], memory_order_relaxed);
+    return __builtin_expect(p != NULL, 1) ? p : lb_sym_resolve(id);
+}
+
+/* The real function behind a wrapper (or a LB_NEED symbol), with the wrapper's own type. */
+#define LB_REAL(w) ((__typeof__(&w))lb_real_get(LB_ID_##w))
+
+/* glibc's dlsym (never our interposed one). */
+void *lb_real_dlsym(void *handle, const char *name);
+/* Our wrapper for an interposed name, or NULL. */
+void *lb_sym_wrapper_by_name(const char *name);
+/* Our wrapper for a real driver entry point of the table, or p itself. */
+void *lb_sym_wrap_ptr(int lib, void *p);
+/* What cuGetProcAddress(name, cudaVersion, flags) hands back when the driver answered p: the
+ * wrapper of the row whose real entry p is; if p is none of them (a driver returning an internal
+ * alias), the wrapper of the row the name/version/flags stand for (hooktable.h), provided the
+ * driver exports that row's symbol; else p itself. */
+void *lb_sym_wrap_proc(const char *name, int cudaVersion, cuuint64_t flags, void *p);
+
+#endif

@@ -1,0 +1,47 @@
+/* libFuzzer target for the limits reader: arbitrary bytes, split into arbitrary chunks (the first
+ * byte picks the chunk size), must never crash, overflow, or leave an out-of-range value. The
+ * canonical dump and the resolution run too, with a fake environment taken from the input. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "limits.h"
+
+static struct lb_file_vars fv;
+static struct lb_config cfg;
+static struct lb_diags dg;
+static char canon[1 << 17];
+
+static const char *env_from(const char *name, void *ctx)
+{
+    (void)ctx;
+    /* A deterministic but input-independent environment exercising the env-side parsers. */
+    if (!strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT_1"))
+        return "12x";
+    if (!strcmp(name, "CUDA_DEVICE_SM_LIMIT"))
+        return "70";
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    size_t step = size ? (size_t)data[0] % 64 + 1 : 1;
+    struct lb_reader r;
+    memset(&dg, 0, sizeof dg);
+    lb_reader_init(&r, &fv, &dg, "/overrideEnv", size && (data[0] & 0x80));
+    for (size_t off = 0; off < size; off += step)
+        lb_reader_feed(&r, (const char *)data + off, size - off < step ? size - off : step);
+    lb_reader_finish(&r);
+    lb_file_vars_canonical(&fv, canon, sizeof canon);
+    lb_resolve(&fv, env_from, NULL, 0, &cfg, &dg);
+    for (int i = 0; i < LB_MAX_DEVICES; i++)
+        if (cfg.sm_limit[i] < 1 || cfg.sm_limit[i] > 100)
+            __builtin_trap();
+    if (cfg.mem_limit[1] != 0 && !fv.var[LB_VAR_MEM_DEV0 + 1].set && !fv.var[LB_VAR_MEM].set)
+        __builtin_trap(); /* "12x" from the environment must refuse, never lift the cap */
+    if (dg.n > LB_MAX_DIAGS || fv.pool_used > LB_POOL_SIZE || strlen(cfg.cache_path) >= LB_LINE_MAX)
+        __builtin_trap();
+    uint64_t v;
+    (void)lb_parse_memory((const char *)data, size, &v);
+    return 0;
+}

@@ -1,0 +1,58 @@
+package allocate
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+)
+
+// fileKeys are the plugin-set variables HAMi-core reads; the file carries
+// them so a process without the environment (SSH, su -, cron) gets them.
+// NVIDIA_VISIBLE_DEVICES is read by the container toolkit, not HAMi-core.
+var fileKeys = []string{EnvSMLimit, EnvSharedCache, EnvOversubscribe, EnvCorePolicy, EnvLogLevel, EnvHostPIDBroker}
+
+// specKeys are taken from the container spec, where the webhook put them.
+// The spec value wins over a plugin value: the runtime lets a spec variable
+// override a device-plugin one, so this is what the entrypoint sees.
+var specKeys = []string{EnvTaskPriority, EnvCorePolicy}
+
+// limitsVars selects the file's variables from the container's environment.
+func limitsVars(env map[string]string, c *corev1.Container) map[string]string {
+	vars := map[string]string{}
+	for k, v := range env {
+		if strings.HasPrefix(k, EnvMemoryLimitPrefix) {
+			vars[k] = v
+		}
+	}
+	for _, k := range fileKeys {
+		if v, ok := env[k]; ok {
+			vars[k] = v
+		}
+	}
+	for _, k := range specKeys {
+		if v, ok := specEnv(c, k); ok && v != "" {
+			vars[k] = v
+		}
+	}
+	return vars
+}
+
+// limitsFile renders and atomically publishes the limits file beside the
+// cache dir and mounts it read-only at /overrideEnv. Called last, once the
+// environment is final; any failure fails the allocation, because a limit
+// that could not be delivered must not become no limit.
+func (a *Allocator) limitsFile(resp *pluginapi.ContainerAllocateResponse, p hostPaths, c *corev1.Container, env map[string]string) error {
+	data, err := limitsfile.Render(limitsVars(env, c))
+	if err != nil {
+		return fmt.Errorf("limits file %s: %w", p.limitsFile, err)
+	}
+	if err := a.publisher.Publish(p.limitsFile, data); err != nil {
+		return err
+	}
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: limitsfile.ContainerMountPath, HostPath: p.limitsFile, ReadOnly: true})
+	return nil
+}

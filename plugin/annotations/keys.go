@@ -1,0 +1,31 @@
+// Package annotations is the HAMi pod annotation protocol between the
+// scheduler and the device plugin: keys, bind phases and the
+// hami.io/vgpu-devices-to-allocate codec.
+package annotations
+
+// Annotation keys, as HAMi spells them.
+const (
+	// DevicesToAllocate holds the devices still to be handed to containers;
+	// the plugin empties each container's entry once it is allocated.
+	DevicesToAllocate = "hami.io/vgpu-devices-to-allocate"
+	// DevicesAllocated holds the scheduler's full decision; never erased.
+	DevicesAllocated = "hami.io/vgpu-devices-allocated"
+	// VGPUNode is the node the scheduler chose.
+	VGPUNode = "hami.io/vgpu-node"
+	// BindPhase is the allocation state machine (see Phase).
+	BindPhase = "hami.io/bind-phase"
+	// BindTime is the unix time (seconds) the scheduler bound the pod.
+	BindTime = "hami.io/bind-time"
+	// LimitDelivery is the per-pod delivery override: "file" or "env".
+	LimitDelivery = "hami.io/limit-delivery"
+)
+
+// Phase is a value of BindPhase.
+type Phase string
+
+// Bind phases.
+const (
+	PhaseAllocating Phase = "allocating"
+	PhaseSuccess    Phase = "success"
+	PhaseFailed     Phase = "failed"
+)

@@ -1,0 +1,76 @@
+package v1
+
+// Effective is the configuration in force on one node: global values with
+// the node's entry applied on top, every field resolved to a value.
+type Effective struct {
+	NodeName                     string
+	OperatingMode                OperatingMode
+	DeviceSplitCount             uint
+	DeviceMemoryScaling          float64
+	DeviceCoreScaling            float64
+	LibCudaLogLevel              string
+	DisableCoreLimit             bool
+	HostPIDBroker                bool
+	EnableGetPreferredAllocation bool
+	ResourceCountName            string
+
+	// The delivery layers stay separate: the pod annotation is resolved
+	// against them per allocation (see package delivery).
+	GlobalLimitDelivery           *LimitDelivery
+	NodeLimitDelivery             *LimitDelivery
+	AllowPodLimitDeliveryOverride bool
+}
+
+// Defaults that apply when neither file sets a value (HAMi's chart defaults).
+const (
+	DefaultDeviceSplitCount  = 10
+	DefaultResourceCountName = "nvidia.com/gpu"
+)
+
+// Resolve merges the global config and the entry of pc named nodeName. Later
+// matching entries override earlier ones field by field.
+func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
+	e := Effective{
+		NodeName:            nodeName,
+		OperatingMode:       OperatingModeHAMiCore,
+		DeviceSplitCount:    DefaultDeviceSplitCount,
+		DeviceMemoryScaling: 1,
+		DeviceCoreScaling:   1,
+		ResourceCountName:   DefaultResourceCountName,
+	}
+	if dc != nil && dc.Nvidia != nil {
+		n := dc.Nvidia
+		set(&e.DeviceSplitCount, n.DeviceSplitCount)
+		set(&e.DeviceMemoryScaling, n.DeviceMemoryScaling)
+		set(&e.DeviceCoreScaling, n.DeviceCoreScaling)
+		set(&e.LibCudaLogLevel, n.LibCudaLogLevel)
+		set(&e.DisableCoreLimit, n.DisableCoreLimit)
+		set(&e.HostPIDBroker, n.HostPIDBroker)
+		set(&e.AllowPodLimitDeliveryOverride, n.AllowPodLimitDeliveryOverride)
+		set(&e.ResourceCountName, n.ResourceCountName)
+		e.GlobalLimitDelivery = n.LimitDelivery
+	}
+	if pc != nil {
+		for _, nc := range pc.NodeConfig {
+			if nc.Name != nodeName {
+				continue
+			}
+			set(&e.OperatingMode, nc.OperatingMode)
+			set(&e.EnableGetPreferredAllocation, nc.EnableGetPreferredAllocation)
+			set(&e.DeviceSplitCount, nc.DeviceSplitCount)
+			set(&e.DeviceMemoryScaling, nc.DeviceMemoryScaling)
+			set(&e.DeviceCoreScaling, nc.DeviceCoreScaling)
+			set(&e.LibCudaLogLevel, nc.LibCudaLogLevel)
+			if nc.LimitDelivery != nil {
+				e.NodeLimitDelivery = nc.LimitDelivery
+			}
+		}
+	}
+	return e
+}
+
+func set[T any](dst *T, src *T) {
+	if src != nil {
+		*dst = *src
+	}
+}

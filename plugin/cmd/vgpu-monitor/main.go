@@ -1,0 +1,127 @@
+// Command vgpu-monitor removes what dead pods left under
+// <HOOK_PATH>/vgpu/containers (cache directories, .limits files, temporary
+// files of interrupted writes) and exports per-container limits and usage
+// as Prometheus metrics.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/internal/flagenv"
+	"github.com/limitbed/limitbed/plugin/monitor"
+)
+
+type options struct {
+	nodeName       string
+	kubeconfig     string
+	hookPath       string
+	podResources   string
+	grace          time.Duration
+	interval       time.Duration
+	metricsAddress string
+}
+
+func main() {
+	if err := mainErr(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "vgpu-monitor:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(args []string) error {
+	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
+	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: the containers dir is <hook-path>/vgpu/containers")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
+	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
+	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+	flagenv.Usage(fs, "v")
+	if err := flagenv.Parse(fs, args, os.Getenv, "v"); err != nil {
+		return err
+	}
+	if o.nodeName == "" {
+		return fmt.Errorf("--node-name (NODE_NAME) is required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return run(klog.NewContext(ctx, klog.Background().WithName("vgpu-monitor")), o)
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	kube, err := kubeClient(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	dir := allocate.ContainersDir(o.hookPath)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&monitor.Collector{Dir: dir, Decoder: monitor.RegionV1{}, Logger: logger})
+	s := &monitor.Sweeper{
+		Dir: dir, API: &monitor.APIPods{Kube: kube, NodeName: o.nodeName}, Grace: o.grace, Logger: logger,
+		OnRemove: monitor.SweepMetrics(reg),
+	}
+	if o.podResources != "" {
+		s.Kubelet = &monitor.KubeletPods{Socket: o.podResources}
+	}
+	if o.metricsAddress != "" {
+		srv := &http.Server{Addr: o.metricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server stopped")
+			}
+		}()
+		defer srv.Shutdown(context.Background())
+	}
+	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval)
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		res, err := s.Sweep(ctx)
+		if err != nil {
+			logger.Error(err, "Sweep incomplete; nothing is removed while liveness is unknown")
+		} else if len(res.Removed) > 0 {
+			logger.Info("Swept", "removed", res.Removed)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}

@@ -1,0 +1,205 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/annotations"
+	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/delivery"
+	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/pods"
+)
+
+// GetDevicePluginOptions implements the device-plugin API.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return p.options(), nil
+}
+
+// ListAndWatch sends the device list, then again after every health change.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	changed := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.watchers[changed] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.watchers, changed)
+		p.mu.Unlock()
+	}()
+	for {
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.snapshot()}); err != nil {
+			return fmt.Errorf("send device list: %w", err)
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (p *Plugin) snapshot() []*pluginapi.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*pluginapi.Device, len(p.devices))
+	for i, d := range p.devices {
+		out[i] = &pluginapi.Device{ID: d.ID, Health: d.Health, Topology: d.Topology}
+	}
+	return out
+}
+
+// markUnhealthy flags every device of the GPU uuid and wakes all watchers.
+func (p *Plugin) markUnhealthy(uuid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.devices {
+		if p.physical[d.ID] == uuid {
+			d.Health = pluginapi.Unhealthy
+		}
+	}
+	for ch := range p.watchers {
+		select {
+		case ch <- struct{}{}:
+		default: // a send is already pending; it will pick up this change
+		}
+	}
+}
+
+func (p *Plugin) watchHealth(ctx context.Context, devs []gpu.Device) {
+	uuids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		if !d.MIG {
+			uuids = append(uuids, d.UUID)
+		}
+	}
+	ch := make(chan string)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case u := <-ch:
+				p.log.Info("GPU unhealthy: critical XID", "device", u)
+				p.markUnhealthy(u)
+			}
+		}
+	}()
+	if err := gpu.WatchHealth(ctx, p.opts.HealthLib, uuids, ch); err != nil {
+		p.log.Error(err, "Health watch ended; devices stay as they are")
+	}
+}
+
+// GetPreferredAllocation implements the device-plugin API.
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	p.mu.Lock()
+	physical := p.physical
+	p.mu.Unlock()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		ids := preferred(cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize), physical)
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// PreStartContainer implements the device-plugin API; nothing to do.
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// Allocate finds the pending pod, hands each container request the next
+// container entry of its device annotation and builds the response. Any
+// failure after the pod is found marks it bind-phase=failed.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	p.allocMu.Lock()
+	defer p.allocMu.Unlock()
+
+	pod, err := p.opts.Pods.PendingPod(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("allocate: %w", err)
+	}
+	log := p.log.WithValues("pod", klog.KObj(pod))
+	fail := func(err error) (*pluginapi.AllocateResponse, error) {
+		if merr := p.opts.Pods.MarkFailed(ctx, pod); merr != nil {
+			err = errors.Join(err, merr)
+		}
+		log.Error(err, "Allocation failed; pod marked bind-phase=failed")
+		return nil, err
+	}
+
+	podDevs, err := annotations.DecodePodDevices(pod.Annotations[annotations.DevicesToAllocate])
+	if err != nil {
+		return fail(fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	// HAMi v2.10 knew no limitDelivery: its profile neither reads nor
+	// rejects the annotation.
+	decision := delivery.Decision{Mode: v1.LimitDeliveryEnv, Source: delivery.SourceDefault}
+	if p.opts.Allocator.Profile() != allocate.ProfileHAMiV210 {
+		decision, err = delivery.Resolve(pod, p.opts.Delivery)
+		if err != nil {
+			return fail(err)
+		}
+		delivery.ReportIgnored(log, p.opts.Recorder, pod, decision)
+	}
+
+	resp := &pluginapi.AllocateResponse{}
+	consumed := false
+	for _, cr := range req.ContainerRequests {
+		if isStaticMIG(cr.DevicesIds) {
+			r, err := p.opts.Allocator.Allocate(allocate.Request{Pod: pod, DeviceIDs: cr.DevicesIds})
+			if err != nil {
+				return fail(err)
+			}
+			resp.ContainerResponses = append(resp.ContainerResponses, r)
+			continue
+		}
+		idx, devs, ok := podDevs.Next()
+		if !ok {
+			return fail(fmt.Errorf("pod %s/%s: no container entry left in %s", pod.Namespace, pod.Name, annotations.DevicesToAllocate))
+		}
+		ctr, err := pods.ContainerAt(pod, idx)
+		if err != nil {
+			return fail(err)
+		}
+		if len(devs) != len(cr.DevicesIds) {
+			return fail(fmt.Errorf("pod %s/%s container %s: device number not matched: %d scheduled, kubelet asked for %d",
+				pod.Namespace, pod.Name, ctr.Name, len(devs), len(cr.DevicesIds)))
+		}
+		r, err := p.opts.Allocator.Allocate(allocate.Request{
+			Pod: pod, Container: ctr, Devices: devs, DeviceIDs: cr.DevicesIds, Delivery: decision.Mode,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		podDevs = podDevs.Erase(idx)
+		consumed = true
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+		log.Info("Allocated", "container", ctr.Name, "devices", cr.DevicesIds,
+			"limitDelivery", decision.Mode, "limitDeliverySource", decision.Source)
+	}
+	if consumed {
+		if err := p.opts.Pods.SetDevicesToAllocate(ctx, pod, podDevs); err != nil {
+			return fail(err)
+		}
+	}
+	if err := p.opts.Pods.MarkSuccessIfDone(ctx, pod); err != nil {
+		return fail(err)
+	}
+	return resp, nil
+}
+
+func isStaticMIG(ids []string) bool {
+	for _, id := range ids {
+		if strings.Contains(id, "MIG") {
+			return true
+		}
+	}
+	return false
+}

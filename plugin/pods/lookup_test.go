@@ -1,0 +1,136 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/limitbed/limitbed/plugin/annotations"
+)
+
+func mkPod(name, node, phase, bindTime string) *corev1.Pod {
+	ann := map[string]string{annotations.DevicesToAllocate: "GPU-a,NVIDIA,1000,10:;GPU-b,NVIDIA,2000,20:;"}
+	if phase != "" {
+		ann[annotations.BindPhase] = phase
+	}
+	if bindTime != "" {
+		ann[annotations.BindTime] = bindTime
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Annotations: ann},
+		Spec: corev1.PodSpec{
+			NodeName:       node,
+			InitContainers: []corev1.Container{{Name: "init"}},
+			Containers:     []corev1.Container{{Name: "a"}, {Name: "b"}},
+		},
+	}
+}
+
+func TestPendingPod(t *testing.T) {
+	cases := []struct {
+		name string
+		pods []runtime.Object
+		want string // "" = ErrNoPendingPod
+	}{
+		{"none", nil, ""},
+		{"oldest bind-time wins", []runtime.Object{
+			mkPod("new", "n1", "allocating", "200"), mkPod("old", "n1", "allocating", "100"), mkPod("mid", "n1", "allocating", "150")}, "old"},
+		{"other node ignored", []runtime.Object{
+			mkPod("other", "n2", "allocating", "1"), mkPod("mine", "n1", "allocating", "5")}, "mine"},
+		{"only allocating", []runtime.Object{
+			mkPod("done", "n1", "success", "1"), mkPod("failed", "n1", "failed", "1"), mkPod("unbound", "n1", "", "1")}, ""},
+		{"missing bind-time ignored", []runtime.Object{mkPod("nobt", "n1", "allocating", "")}, ""},
+		{"tie broken by name", []runtime.Object{
+			mkPod("b", "n1", "allocating", "7"), mkPod("a", "n1", "allocating", "7")}, "a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Client{Kube: fake.NewClientset(tc.pods...), NodeName: "n1"}
+			p, err := c.PendingPod(context.Background())
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoPendingPod) {
+					t.Fatalf("err = %v, want ErrNoPendingPod", err)
+				}
+				return
+			}
+			if err != nil || p.Name != tc.want {
+				t.Fatalf("got %v, %v; want %s", p, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestContainerAt(t *testing.T) {
+	p := mkPod("p", "n1", "allocating", "1")
+	for idx, want := range []string{"init", "a", "b"} {
+		c, err := ContainerAt(p, idx)
+		if err != nil || c.Name != want {
+			t.Fatalf("ContainerAt(%d) = %v, %v", idx, c, err)
+		}
+	}
+	if _, err := ContainerAt(p, 3); err == nil {
+		t.Fatal("index past the last container accepted")
+	}
+}
+
+func TestProtocolPatches(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset(mkPod("p", "n1", "allocating", "1"))
+	c := &Client{Kube: kube, NodeName: "n1"}
+	get := func() *corev1.Pod {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := get()
+	devs, _ := annotations.DecodePodDevices(p.Annotations[annotations.DevicesToAllocate])
+	idx, _, _ := devs.Next()
+	devs = devs.Erase(idx)
+	if err := c.SetDevicesToAllocate(ctx, p, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkSuccessIfDone(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if ph := get().Annotations[annotations.BindPhase]; ph != "allocating" {
+		t.Fatalf("phase = %q after the first of two containers", ph)
+	}
+	idx, _, _ = devs.Next()
+	devs = devs.Erase(idx)
+	if err := c.SetDevicesToAllocate(ctx, p, devs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MarkSuccessIfDone(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	got := get()
+	if got.Annotations[annotations.BindPhase] != "success" || got.Annotations[annotations.DevicesToAllocate] != ";;" {
+		t.Fatalf("annotations = %v", got.Annotations)
+	}
+	if err := c.MarkFailed(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if ph := get().Annotations[annotations.BindPhase]; ph != "failed" {
+		t.Fatalf("phase = %q, want failed", ph)
+	}
+}
+
+func TestPatchErrorIsWrapped(t *testing.T) {
+	kube := fake.NewClientset(mkPod("p", "n1", "allocating", "1"))
+	boom := errors.New("apiserver down")
+	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, boom })
+	c := &Client{Kube: kube, NodeName: "n1"}
+	err := c.MarkFailed(context.Background(), mkPod("p", "n1", "", ""))
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want wrapped %v", err, boom)
+	}
+}

@@ -3,10 +3,11 @@
 
 SHELL := /bin/bash
 ROOT := $(abspath .)
-# Build output; sanitizer builds go to their own directory so the two never mix.
+# Build output; sanitizer builds go to their own directory so the two never mix. OUT is taken
+# from the command line only (never from the environment), so a sanitizer run started from
+# within another make cannot write into the plain build directory.
 SAN ?=
-OUT ?= $(ROOT)/$(if $(SAN),build-san,build)
-export SAN OUT
+OUT := $(if $(filter command line,$(origin OUT)),$(OUT),$(ROOT)/$(if $(SAN),build-san,build))
 
 C_COMPONENTS := $(foreach d,fakegpu hamicore,$(if $(wildcard $(d)/Makefile),$(d)))
 

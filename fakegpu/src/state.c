@@ -221,9 +221,11 @@ uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now
     }
     if (u->count == FG_BUSY_RING) {
         /* Full: overwrite the oldest unless it still counts for the window; then fold the new
-         * work into the newest interval (the device total stays right, only attribution blurs). */
+         * work into the newest interval by its duration only — stretching it to the new end would
+         * count the idle gap between them as busy. The device total stays right; only the
+         * placement inside the window and the attribution to a process blur. */
         if (u->ring[u->head].end + window > now) {
-            last->end = end;
+            last->end += dur;
             return end;
         }
     } else {

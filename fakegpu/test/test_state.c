@@ -143,8 +143,26 @@ static void utilisation(void) {
     fg_state_detach(&a);
 }
 
+/* More separate busy intervals in one window than the ring holds: the idle gaps between them
+ * must not be counted as busy (half busy stays half busy). */
+static void utilisation_ring_full(void) {
+    char p[300], err[512];
+    fg_state a;
+    path(p, sizeof p, "util-full.state");
+    CHECK(fg_state_attach(&a, p, 3, 1, err, sizeof err) == 0);
+    const uint64_t s = 1000000000ULL, t = 100 * s, n = 2 * FG_BUSY_RING, step = s / n;
+    fg_state_lock(&a);
+    for (uint64_t i = 0; i < n; i++)
+        fg_state_submit(&a, 0, step / 2, t + i * step, s); /* busy half of every step */
+    unsigned u = fg_state_util(&a, 0, 0, t + s, s);
+    CHECK_MSG(u >= 49 && u <= 51, "utilisation %u%%, want 50%%", u);
+    fg_state_unlock(&a);
+    fg_state_detach(&a);
+}
+
 void test_state(void) {
     attach_checks();
     accounting();
     utilisation();
+    utilisation_ring_full();
 }

@@ -1,0 +1,104 @@
+// Command limitbed runs the harness outside `go test`:
+//
+//	limitbed matrix [flags]   the compatibility matrix (make matrix)
+//	limitbed doctor           what this machine can run: backends, kind, GPU, the C build
+//	limitbed e2e              the kind tier (not yet available)
+//
+// Only main exits; every subcommand returns an error and an exit code.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	tclog "github.com/testcontainers/testcontainers-go/log"
+)
+
+// exitError carries a specific exit code (1: mismatch, 2: usage or unavailable).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, env *cliEnv, args []string) error
+}
+
+// cliEnv is what subcommands get instead of globals.
+type cliEnv struct {
+	stdout, stderr io.Writer
+	logger         *slog.Logger
+}
+
+var commands = []command{
+	{"matrix", "run the compatibility matrix and compare it with testdata/matrix/expected.json", runMatrix},
+	{"doctor", "report which backends and tiers this machine can run", runDoctor},
+	{"e2e", "the kind tier (not yet available)", runE2E},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	level := slog.LevelInfo
+	if os.Getenv("LIMITBED_DEBUG") == "1" {
+		level = slog.LevelDebug
+	}
+	env := &cliEnv{stdout: stdout, stderr: stderr,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	// testcontainers-go reports every container start through its own logger: keep it at debug.
+	tclog.SetDefault(tcLogger{env.logger})
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return 2
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, env, args[1:])
+		if err == nil {
+			return 0
+		}
+		fmt.Fprintf(stderr, "limitbed %s: %v\n", c.name, err)
+		if ee, ok := err.(*exitError); ok {
+			return ee.code
+		}
+		return 1
+	}
+	fmt.Fprintf(stderr, "limitbed: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: limitbed COMMAND [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
+
+func runE2E(context.Context, *cliEnv, []string) error {
+	return &exitError{2, fmt.Errorf("the kind tier is not available yet (make e2e says so too)")}
+}
+
+// tcLogger routes testcontainers-go's messages to the logger at debug level.
+type tcLogger struct{ l *slog.Logger }
+
+func (t tcLogger) Printf(format string, args ...any) {
+	t.l.Debug(strings.TrimSpace(fmt.Sprintf(format, args...)))
+}

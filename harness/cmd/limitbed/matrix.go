@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/matrix"
+	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/harness/sandbox"
+)
+
+func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("matrix", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
+	build := fs.String("build", "", "C build directory holding lib/ and bin/ (default: ROOT/build)")
+	backend := fs.String("backend", "", "docker|host (default: $LIMITBED_BACKEND, else the best available)")
+	out := fs.String("out", "", "directory for matrix.md and matrix.json (default: ROOT)")
+	expected := fs.String("expected", "", "expectations (default: ROOT/testdata/matrix/expected.json)")
+	profile := fs.String("gpu-profile", "", "fakegpu profile (default: ROOT/fakegpu/profiles/a16-16q.profile)")
+	coreOld := fs.String("core-old", "", "libvgpu.so of a real old release, replacing the hami-v2.10 core column")
+	pluginOld := fs.String("plugin-old", "", "device plugin binary of a real old release (see docs/matrix.md)")
+	methods := fs.String("methods", "", "comma-separated launch methods (default: all)")
+	parallel := fs.Int("parallel", 0, "containers at once (default: all 8)")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if *pluginOld != "" {
+		return &exitError{2, fmt.Errorf("--plugin-old: driving an external plugin binary is not implemented yet (docs/matrix.md)")}
+	}
+	if *root == "" {
+		r, err := sandbox.RepoRoot()
+		if err != nil {
+			return &exitError{2, err}
+		}
+		*root = r
+	}
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(build, filepath.Join(*root, "build"))
+	def(out, *root)
+	def(expected, filepath.Join(*root, "testdata", "matrix", "expected.json"))
+	def(profile, filepath.Join(*root, "fakegpu", "profiles", "a16-16q.profile"))
+	if *coreOld != "" {
+		if _, err := os.Stat(*coreOld); err != nil {
+			return &exitError{2, fmt.Errorf("--core-old: %w", err)}
+		}
+	}
+	exp, err := matrix.LoadExpected(*expected)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	ms, err := pickMethods(*methods)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	b, err := node.SelectBackend(ctx, env.logger, *backend)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	fmt.Fprintf(env.stderr, "matrix: backend %s, %d combinations × %d launch methods (cron waits for the next minute)\n",
+		b.Name(), len(matrix.Combos()), len(ms))
+	r := &matrix.Runner{
+		Backend: b, Artifacts: node.Artifacts{Lib: filepath.Join(*build, "lib"), Bin: filepath.Join(*build, "bin")},
+		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, Methods: ms, Parallel: *parallel,
+		Logger: env.logger, Progress: env.stderr,
+	}
+	rep, err := r.Run(ctx)
+	if err != nil {
+		return err
+	}
+	md := matrix.Markdown(rep)
+	js, err := matrix.JSON(rep)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(*out, "matrix.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("write matrix.md: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "matrix.json"), js, 0o644); err != nil {
+		return fmt.Errorf("write matrix.json: %w", err)
+	}
+	fmt.Fprintln(env.stdout, md)
+	if !rep.OK() {
+		return &exitError{1, fmt.Errorf("%d of %d cells differ from %s", rep.Mismatch, len(rep.Results), *expected)}
+	}
+	return nil
+}
+
+func pickMethods(list string) ([]launch.Method, error) {
+	if list == "" {
+		return launch.Methods(), nil
+	}
+	var out []launch.Method
+	for _, name := range strings.Split(list, ",") {
+		m, err := launch.Lookup(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -1,0 +1,273 @@
+// Package node simulates one GPU node for the harness: a HOOK_PATH laid out as HAMi's init
+// container leaves it (vgpu/libvgpu.so, vgpu/ld.so.preload), the device plugin serving the
+// kubelet device-plugin API on a unix socket, a fake kubelet that registers and dials it over real
+// gRPC, and an in-memory API server holding the pods the HAMi scheduler would have bound (fake
+// clientset). Allocate goes the whole way: pod annotations → kubelet Allocate → the plugin's
+// ContainerAllocateResponse → a sandbox.ContainerSpec ready for a backend.
+//
+// Scenarios (harness/script) and the compatibility matrix (harness/matrix) share it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/limitbed/limitbed/plugin/allocate"
+	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/delivery"
+	"github.com/limitbed/limitbed/plugin/deviceplugin"
+	"github.com/limitbed/limitbed/plugin/deviceplugin/fakekubelet"
+	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/pods"
+)
+
+// Name of the simulated node, as the scheduler writes it into hami.io/vgpu-node.
+const Name = "limitbed-node"
+
+// ResourceName is the resource the plugin advertises.
+const ResourceName = "nvidia.com/gpu"
+
+// Artifacts locates the C build: fakegpu's libraries and tools, the libvgpu.so builds.
+type Artifacts struct {
+	Lib string // libcuda.so.1, libnvidia-ml.so.1, libvgpu.so, libvgpu-hami-v2.10.so
+	Bin string // cudaprobe, gpuinfo, regiondump
+}
+
+// Core names the libvgpu.so installed on the node: "current", "hami-v2.10" or a file path (a real
+// old release).
+func (a Artifacts) Core(core string) string {
+	switch core {
+	case "", "current":
+		return filepath.Join(a.Lib, "libvgpu.so")
+	case "hami-v2.10":
+		return filepath.Join(a.Lib, "libvgpu-hami-v2.10.so")
+	}
+	return core
+}
+
+// Config configures a node and its plugin.
+type Config struct {
+	// Dir is the node's private directory (HOOK_PATH, sockets, fake GPU state). Required; keep it
+	// short: it holds unix sockets.
+	Dir       string
+	Artifacts Artifacts
+	// GPUProfile is the fakegpu profile the node's GPUs follow (mounted at /etc/fakegpu/profile).
+	GPUProfile string
+	// Plugin is the plugin's compat profile: current or hami-v2.10.
+	Plugin allocate.Profile
+	// Delivery is the global limitDelivery; "" leaves it to the default (file).
+	Delivery v1.LimitDelivery
+	// AllowPodEnv opens the admin gate for hami.io/limit-delivery=env.
+	AllowPodEnv bool
+	// Core is what goes to HOOK_PATH/vgpu/libvgpu.so (see Artifacts.Core).
+	Core string
+	// MIG runs the node in MIG mode.
+	MIG bool
+	// FS, when set, is the limits file writer's filesystem (fault injection).
+	FS limitsfile.FS
+	// SplitCount is how many virtual devices each GPU is advertised as (default 10).
+	SplitCount uint
+	Logger     *slog.Logger
+}
+
+// Node is a running simulated node.
+type Node struct {
+	cfg      Config
+	HookPath string // HOOK_PATH: <Dir>/hook
+	StateDir string // host side of the fake driver's shared device state
+	gpus     []gpu.MockGPU
+	kube     *fake.Clientset
+	kubelet  *fakekubelet.Kubelet
+	client   *fakekubelet.Plugin
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu      sync.Mutex
+	devices []string // advertised device IDs, as ListAndWatch last sent them
+	used    map[string]bool
+	pods    map[string]*Pod
+	seq     int
+}
+
+// Start lays out HOOK_PATH, starts the fake kubelet and the plugin, and waits until the plugin has
+// registered and sent its device list.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Dir == "" || cfg.Logger == nil {
+		return nil, errors.New("node: Dir and Logger are required")
+	}
+	if cfg.SplitCount == 0 {
+		cfg.SplitCount = 10
+	}
+	gpus, err := ReadProfile(cfg.GPUProfile)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n := &Node{cfg: cfg, HookPath: filepath.Join(cfg.Dir, "hook"), StateDir: filepath.Join(cfg.Dir, "fakegpu"),
+		gpus: gpus, kube: fake.NewClientset(), used: map[string]bool{}, pods: map[string]*Pod{}}
+	if err := n.installHook(); err != nil {
+		return nil, err
+	}
+	// Every user in the container (root and tenant) shares the fake device state, as on a GPU.
+	if err := os.MkdirAll(n.StateDir, 0o1777); err != nil {
+		return nil, fmt.Errorf("node: fake GPU state dir: %w", err)
+	}
+	if err := os.Chmod(n.StateDir, 0o1777); err != nil {
+		return nil, fmt.Errorf("node: fake GPU state dir: %w", err)
+	}
+	if err := n.startPlugin(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// installHook does what HAMi's init container does: copy libvgpu.so and write ld.so.preload.
+func (n *Node) installHook() error {
+	vgpu := filepath.Join(n.HookPath, "vgpu")
+	if err := os.MkdirAll(filepath.Join(vgpu, "containers"), 0o755); err != nil {
+		return fmt.Errorf("node: create HOOK_PATH: %w", err)
+	}
+	src := n.cfg.Artifacts.Core(n.cfg.Core)
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("node: install libvgpu.so (core %q): %w", n.cfg.Core, err)
+	}
+	// Replace, never rewrite in place: running containers have the old library mapped.
+	if err := replaceFile(filepath.Join(vgpu, "libvgpu.so"), data, 0o755); err != nil {
+		return fmt.Errorf("node: install libvgpu.so: %w", err)
+	}
+	preload := allocate.ContainerLibPath + "\n"
+	if err := replaceFile(filepath.Join(vgpu, "ld.so.preload"), []byte(preload), 0o644); err != nil {
+		return fmt.Errorf("node: write ld.so.preload: %w", err)
+	}
+	return nil
+}
+
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (n *Node) startPlugin(ctx context.Context) error {
+	dpDir := filepath.Join(n.cfg.Dir, "dp")
+	if err := os.MkdirAll(dpDir, 0o755); err != nil {
+		return fmt.Errorf("node: device-plugins dir: %w", err)
+	}
+	k, err := fakekubelet.Start(dpDir)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.kubelet = k
+	mode := v1.OperatingModeHAMiCore
+	if n.cfg.MIG {
+		mode = v1.OperatingModeMIG
+	}
+	alloc, err := allocate.New(allocate.Options{
+		HookPath:      n.HookPath,
+		LockDir:       filepath.Join(n.cfg.Dir, "vgpulock"),
+		Profile:       n.cfg.Plugin,
+		OperatingMode: mode,
+		FakeDriver: &allocate.FakeDriver{
+			LibDir: n.cfg.Artifacts.Lib, ProfilePath: n.cfg.GPUProfile, StateDir: n.StateDir,
+		},
+		FS: n.cfg.FS,
+	})
+	if err != nil {
+		return fmt.Errorf("node: allocator: %w", err)
+	}
+	layers := delivery.Layers{AllowPodOverride: n.cfg.AllowPodEnv}
+	if n.cfg.Delivery != "" {
+		d := n.cfg.Delivery
+		layers.Global = &d
+	}
+	opts := deviceplugin.Options{
+		ResourceName:  ResourceName,
+		PluginDir:     dpDir,
+		SocketName:    "limitbed-gpu.sock",
+		KubeletSocket: k.Socket,
+		SplitCount:    n.cfg.SplitCount,
+		Devices:       &gpu.Discoverer{Lib: gpu.NewMockLibrary(n.gpus...)},
+		Pods:          &pods.Client{Kube: n.kube, NodeName: Name},
+		Allocator:     alloc,
+		Delivery:      layers,
+		Logger:        logr.FromSlogHandler(n.cfg.Logger.With("component", "device-plugin").Handler()),
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel, n.done = cancel, make(chan struct{})
+	go func() {
+		defer close(n.done)
+		if err := deviceplugin.Run(runCtx, opts); err != nil {
+			n.cfg.Logger.Error("device plugin stopped", "err", err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	reg, err := k.WaitForRegistration(wctx)
+	if err != nil {
+		return fmt.Errorf("node: plugin did not register: %w", err)
+	}
+	cl, err := k.Dial(reg.Endpoint)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.client = cl
+	lists, err := cl.Watch(runCtx)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	select {
+	case devs, ok := <-lists:
+		if !ok {
+			return errors.New("node: ListAndWatch ended before the first device list")
+		}
+		n.setDevices(devs)
+	case <-wctx.Done():
+		return fmt.Errorf("node: no device list from the plugin: %w", wctx.Err())
+	}
+	go func() {
+		for devs := range lists {
+			n.setDevices(devs)
+		}
+	}()
+	n.cfg.Logger.Debug("node started", "hook", n.HookPath, "plugin", n.cfg.Plugin, "core", n.cfg.Core, "delivery", n.cfg.Delivery)
+	return nil
+}
+
+// Close stops the plugin and the fake kubelet; the node's files stay (Dir is the caller's).
+func (n *Node) Close() {
+	if n.client != nil {
+		_ = n.client.Close()
+	}
+	if n.cancel != nil {
+		n.cancel()
+		<-n.done
+	}
+	if n.kubelet != nil {
+		n.kubelet.Stop()
+	}
+}
+
+// Kube is the node's API server (the fake clientset), for inspecting pod annotations.
+func (n *Node) Kube() *fake.Clientset { return n.kube }
+
+// GPUs are the node's GPUs, as the profile describes them.
+func (n *Node) GPUs() []gpu.MockGPU { return n.gpus }
+
+// Config is the configuration the node was started with.
+func (n *Node) Config() Config { return n.cfg }

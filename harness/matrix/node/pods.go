@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+)
+
+// PodSpec is what a scenario asks for: one container with one vGPU.
+type PodSpec struct {
+	Name   string
+	GPUMem int32 // nvidia.com/gpumem in MiB
+	Cores  int32 // nvidia.com/gpucores in percent; 0: no core limit
+	// Annotations are added to (and override) the scheduler's, e.g. hami.io/limit-delivery.
+	Annotations map[string]string
+	// Env is the container spec's own environment (e.g. CUDA_DISABLE_CONTROL=true).
+	Env map[string]string
+}
+
+// Pod is an allocated pod: its one container's Allocate response and where its files are.
+type Pod struct {
+	Name      string
+	UID       string
+	Container string // the container's name
+	DeviceIDs []string
+	Resp      *pluginapi.ContainerAllocateResponse
+	SpecEnv   map[string]string
+	// CacheDir is the host side of /usr/local/vgpu; LimitsFile the host side of /overrideEnv.
+	CacheDir   string
+	LimitsFile string
+}
+
+// ContainerName is the name every pod's single container gets.
+const ContainerName = "main"
+
+// Allocate creates the pod in the API server as the HAMi scheduler leaves a bound pod
+// (hami.io/vgpu-devices-to-allocate, hami.io/vgpu-node, hami.io/bind-phase=allocating,
+// hami.io/bind-time), then asks the plugin for its container's devices over the kubelet API, as the
+// kubelet does when it starts the pod. It returns the response or the plugin's error.
+func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
+	n.mu.Lock()
+	n.seq++
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012d", time.Now().UnixNano()&0xffffffff, n.seq)
+	ids, gpuUUID, err := n.pickDevice()
+	n.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", spec.Name, err)
+	}
+	devs := annotations.PodDevices{{{UUID: gpuUUID, Type: "NVIDIA", UsedMem: spec.GPUMem, UsedCores: spec.Cores}}}
+	ann := map[string]string{
+		annotations.DevicesToAllocate: devs.Encode(),
+		annotations.DevicesAllocated:  devs.Encode(),
+		annotations.VGPUNode:          Name,
+		annotations.BindPhase:         string(annotations.PhaseAllocating),
+		annotations.BindTime:          strconv.FormatInt(time.Now().Unix(), 10),
+	}
+	maps.Copy(ann, spec.Annotations)
+	envNames := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		envNames = append(envNames, k)
+	}
+	sort.Strings(envNames)
+	var env []corev1.EnvVar
+	for _, k := range envNames {
+		env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: "default", UID: types.UID(uid), Annotations: ann},
+		Spec: corev1.PodSpec{NodeName: Name, Containers: []corev1.Container{{
+			Name: ContainerName, Image: "limitbed/workload:dev", Env: env,
+		}}},
+	}
+	if _, err := n.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("pod %s: create in the API server: %w", spec.Name, err)
+	}
+	resp, err := n.client.AllocateOne(ctx, ids...)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: kubelet Allocate %v: %w", spec.Name, ids, err)
+	}
+	n.mu.Lock()
+	for _, id := range ids {
+		n.used[id] = true
+	}
+	n.mu.Unlock()
+	key := uid + "_" + ContainerName
+	p := &Pod{
+		Name: spec.Name, UID: uid, Container: ContainerName, DeviceIDs: ids, Resp: resp, SpecEnv: maps.Clone(spec.Env),
+		CacheDir:   filepath.Join(allocate.ContainersDir(n.HookPath), key),
+		LimitsFile: filepath.Join(allocate.ContainersDir(n.HookPath), key+limitsfile.Suffix),
+	}
+	n.mu.Lock()
+	n.pods[spec.Name] = p
+	n.mu.Unlock()
+	return p, nil
+}
+
+// pickDevice returns the next free advertised device ID and its GPU (MIG) UUID. Caller holds mu.
+func (n *Node) pickDevice() ([]string, string, error) {
+	for _, id := range n.devices {
+		if n.used[id] {
+			continue
+		}
+		if strings.HasPrefix(id, "MIG-") {
+			return []string{id}, id, nil
+		}
+		i := strings.LastIndex(id, "-")
+		return []string{id}, id[:i], nil
+	}
+	return nil, "", fmt.Errorf("no free device among %d advertised", len(n.devices))
+}
+
+func (n *Node) setDevices(devs []*pluginapi.Device) {
+	ids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		if d.Health == pluginapi.Healthy {
+			ids = append(ids, d.ID)
+		}
+	}
+	n.mu.Lock()
+	n.devices = ids
+	n.mu.Unlock()
+}
+
+// PodAnnotation returns an annotation of pod name as the API server has it now.
+func (n *Node) PodAnnotation(ctx context.Context, name, key string) (string, error) {
+	p, err := n.kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("get pod %s: %w", name, err)
+	}
+	return p.Annotations[key], nil
+}
+
+// DeletePod removes the pod from the API server (its host files stay for the monitor to collect).
+func (n *Node) DeletePod(ctx context.Context, name string) error {
+	if err := n.kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete pod %s: %w", name, err)
+	}
+	n.mu.Lock()
+	if p := n.pods[name]; p != nil {
+		for _, id := range p.DeviceIDs {
+			delete(n.used, id)
+		}
+	}
+	delete(n.pods, name)
+	n.mu.Unlock()
+	return nil
+}

@@ -220,12 +220,12 @@ func TestAllocateVariants(t *testing.T) {
 		{
 			name: "fake driver",
 			opts: func(o *Options) {
-				o.FakeDriver = &FakeDriver{LibDir: "/opt/fakegpu/lib", ProfilePath: "/opt/fakegpu/a16.profile", StateDir: "/run/fakegpu"}
+				o.FakeDriver = &FakeDriver{LibDir: "/opt/fakegpu/lib", ProfilePath: "/opt/fakegpu/a16.profile", StateDir: "/srv/fakegpu-state"}
 			},
 			req:     mkReq("u11", "c", nil, devA),
-			wantEnv: map[string]string{"FAKEGPU_PROFILE": "/etc/fakegpu/profile", "FAKEGPU_STATE_DIR": "/var/lib/fakegpu"},
+			wantEnv: map[string]string{"FAKEGPU_PROFILE": "/etc/fakegpu/profile", "FAKEGPU_STATE_DIR": "/run/fakegpu"},
 			mounts: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-				"/etc/fakegpu/profile", "/var/lib/fakegpu", "/overrideEnv"},
+				"/etc/fakegpu/profile", "/run/fakegpu", "/overrideEnv"},
 		},
 	}
 	for _, tc := range cases {

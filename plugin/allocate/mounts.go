@@ -53,11 +53,14 @@ func (a *Allocator) lockDirMount(resp *pluginapi.ContainerAllocateResponse) erro
 }
 
 // Fake-driver container paths: the libraries go where a container toolkit
-// puts the real driver's, so the default loader path finds them.
+// puts the real driver's, so the default loader path finds them; the profile
+// and the state directory go to fakegpu's own defaults (fakegpu/src/config.h
+// FG_DEFAULT_PROFILE, and /run/fakegpu in fakegpu/src/config.c), so a process
+// that lost the environment (ssh, su -, cron) still sees the same GPUs.
 const (
 	ContainerFakeLibDir   = "/usr/lib/x86_64-linux-gnu"
 	ContainerFakeProfile  = "/etc/fakegpu/profile"
-	ContainerFakeStateDir = "/var/lib/fakegpu"
+	ContainerFakeStateDir = "/run/fakegpu"
 )
 
 // FakeDriverLibs are the fakegpu libraries mounted in fake-driver mode.
@@ -66,6 +69,9 @@ var FakeDriverLibs = []string{"libcuda.so.1", "libnvidia-ml.so.1"}
 // fakeDriverMounts injects fakegpu the way the NVIDIA container toolkit
 // injects a real driver: its libraries, its profile (read-only) and the
 // shared device state (read-write: all processes on a "host" share a GPU).
+// Both land on fakegpu's default paths; FAKEGPU_PROFILE and
+// FAKEGPU_STATE_DIR are set too, to the same paths, so the environment can
+// only agree with the defaults and never decides which GPU a process sees.
 func (a *Allocator) fakeDriverMounts(resp *pluginapi.ContainerAllocateResponse) {
 	fd := a.opts.FakeDriver
 	if fd == nil {

@@ -55,12 +55,13 @@ func (p *Plugin) snapshot() []*pluginapi.Device {
 	return out
 }
 
-// markUnhealthy flags every device of the GPU uuid and wakes all watchers.
+// markUnhealthy flags every device of the GPU uuid (its split devices, or
+// its MIG devices) and wakes all watchers.
 func (p *Plugin) markUnhealthy(uuid string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, d := range p.devices {
-		if p.physical[d.ID] == uuid {
+		if p.board[d.ID] == uuid {
 			d.Health = pluginapi.Unhealthy
 		}
 	}
@@ -73,12 +74,6 @@ func (p *Plugin) markUnhealthy(uuid string) {
 }
 
 func (p *Plugin) watchHealth(ctx context.Context, devs []gpu.Device) {
-	uuids := make([]string, 0, len(devs))
-	for _, d := range devs {
-		if !d.MIG {
-			uuids = append(uuids, d.UUID)
-		}
-	}
 	ch := make(chan string)
 	go func() {
 		for {
@@ -86,12 +81,13 @@ func (p *Plugin) watchHealth(ctx context.Context, devs []gpu.Device) {
 			case <-ctx.Done():
 				return
 			case u := <-ch:
-				p.log.Info("GPU unhealthy: critical XID", "device", u)
+				p.log.Info("GPU unhealthy", "device", u)
 				p.markUnhealthy(u)
 			}
 		}
 	}()
-	if err := gpu.WatchHealth(ctx, p.opts.HealthLib, uuids, ch); err != nil {
+	w := &gpu.HealthWatcher{Lib: p.opts.HealthLib, PollInterval: p.opts.HealthPollInterval}
+	if err := w.Watch(ctx, boards(devs), ch); err != nil {
 		p.log.Error(err, "Health watch ended; devices stay as they are")
 	}
 }

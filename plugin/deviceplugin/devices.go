@@ -11,22 +11,46 @@ import (
 // virtualDevices splits every GPU into split devices "<uuid>-<n>", as HAMi
 // advertises them; MIG devices are advertised one to one. IDs depend only
 // on the hardware, so kubelet's checkpointed allocations stay valid across
-// plugin restarts. physical maps each ID to its GPU or MIG UUID.
-func virtualDevices(devs []gpu.Device, split uint) (list []*pluginapi.Device, physical map[string]string) {
-	physical = map[string]string{}
+// plugin restarts. physical maps each ID to its GPU or MIG UUID, board to
+// the UUID of the GPU whose health it shares (the parent of a MIG device).
+// A lost GPU is advertised, split as any other, but Unhealthy.
+func virtualDevices(devs []gpu.Device, split uint) (list []*pluginapi.Device, physical, board map[string]string) {
+	physical, board = map[string]string{}, map[string]string{}
 	for _, d := range devs {
+		health := pluginapi.Healthy
+		if d.Lost {
+			health = pluginapi.Unhealthy
+		}
 		if d.MIG {
-			list = append(list, &pluginapi.Device{ID: d.UUID, Health: pluginapi.Healthy})
-			physical[d.UUID] = d.UUID
+			list = append(list, &pluginapi.Device{ID: d.UUID, Health: health})
+			physical[d.UUID], board[d.UUID] = d.UUID, d.Parent
 			continue
 		}
 		for n := uint(0); n < split; n++ {
 			id := d.UUID + "-" + strconv.FormatUint(uint64(n), 10)
-			list = append(list, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
-			physical[id] = d.UUID
+			list = append(list, &pluginapi.Device{ID: id, Health: health})
+			physical[id], board[id] = d.UUID, d.UUID
 		}
 	}
-	return list, physical
+	return list, physical, board
+}
+
+// boards returns the UUIDs of the GPUs of devs (a MIG device's parent),
+// each once, in order: what the health watch looks at.
+func boards(devs []gpu.Device) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range devs {
+		u := d.UUID
+		if d.MIG {
+			u = d.Parent
+		}
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // preferred picks size IDs from available: must-include first, then one

@@ -2,6 +2,7 @@ package deviceplugin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -410,24 +411,57 @@ func TestAllocateFailures(t *testing.T) {
 	}
 }
 
-// TestAllocateFailsWhenLimitsFileFails: the file cannot be written (its
-// directory is read-only), so the allocation fails and the pod is marked
-// failed rather than started without the file.
+// failFS fails one filesystem step of the limits file's atomic publish.
+type failFS struct {
+	limitsfile.OSFS
+	step limitsfile.Step
+}
+
+var errInjected = errors.New("injected I/O error")
+
+func (f failFS) CreateTemp(dir, pattern string) (limitsfile.File, error) {
+	if f.step == limitsfile.StepCreate {
+		return nil, errInjected
+	}
+	return f.OSFS.CreateTemp(dir, pattern)
+}
+
+func (f failFS) Rename(o, n string) error {
+	if f.step == limitsfile.StepRename {
+		return errInjected
+	}
+	return f.OSFS.Rename(o, n)
+}
+
+func (f failFS) SyncDir(d string) error {
+	if f.step == limitsfile.StepDirSync {
+		return errInjected
+	}
+	return f.OSFS.SyncDir(d)
+}
+
+// TestAllocateFailsWhenLimitsFileFails: the file cannot be written (a
+// failure injected through the limits file's FS seam, so it holds for root
+// too), so the allocation fails over gRPC with the step named and the pod is
+// marked failed rather than started without the file.
 func TestAllocateFailsWhenLimitsFileFails(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root ignores directory permissions; covered by injected failures in package allocate")
-	}
-	e := setup(t, nil, mkPod("p", 1, "GPU-a,NVIDIA,1000,10:;", nil))
-	dir := allocate.ContainersDir(e.hook)
-	if err := os.Chmod(dir, 0o555); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Chmod(dir, 0o755)
-	if _, err := e.plugin.AllocateOne(e.ctx, "GPU-a-0"); err == nil {
-		t.Fatal("allocation succeeded without a limits file")
-	}
-	if ph := e.pod("default", "p").Annotations[annotations.BindPhase]; ph != "failed" {
-		t.Fatalf("phase = %q", ph)
+	for _, step := range []limitsfile.Step{limitsfile.StepCreate, limitsfile.StepRename, limitsfile.StepDirSync} {
+		t.Run(string(step), func(t *testing.T) {
+			e := setup(t, func(_ *deviceplugin.Options, a *allocate.Options) { a.FS = failFS{step: step} },
+				mkPod("p", 1, "GPU-a,NVIDIA,1000,10:;", nil))
+			_, err := e.plugin.AllocateOne(e.ctx, "GPU-a-0")
+			if err == nil {
+				t.Fatal("allocation succeeded without a limits file")
+			}
+			for _, want := range []string{string(step), errInjected.Error()} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+			if ph := e.pod("default", "p").Annotations[annotations.BindPhase]; ph != "failed" {
+				t.Fatalf("phase = %q", ph)
+			}
+		})
 	}
 }
 

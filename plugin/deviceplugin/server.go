@@ -55,13 +55,16 @@ type Options struct {
 	PreferredAllocation bool
 
 	Devices DeviceSource
-	// HealthLib, when set, is watched for critical XIDs.
+	// HealthLib, when set, is watched for critical XIDs, and polled for lost
+	// GPUs where NVML events are not supported (see gpu.HealthWatcher).
 	HealthLib nvml.Interface
-	Pods      PodSource
-	Allocator *allocate.Allocator
-	Delivery  delivery.Layers
-	Recorder  delivery.EventRecorder // may be nil
-	Logger    klog.Logger
+	// HealthPollInterval is the polling period; 0 = gpu.DefaultPollInterval.
+	HealthPollInterval time.Duration
+	Pods               PodSource
+	Allocator          *allocate.Allocator
+	Delivery           delivery.Layers
+	Recorder           delivery.EventRecorder // may be nil
+	Logger             klog.Logger
 }
 
 // Plugin is one device plugin instance: one socket, one resource.
@@ -77,6 +80,7 @@ type Plugin struct {
 	mu       sync.Mutex
 	devices  []*pluginapi.Device
 	physical map[string]string
+	board    map[string]string
 	watchers map[chan struct{}]struct{}
 	server   *grpc.Server
 	cancel   context.CancelFunc
@@ -111,9 +115,9 @@ func (p *Plugin) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("discover devices: %w", err)
 	}
-	list, physical := virtualDevices(devs, p.opts.SplitCount)
+	list, physical, board := virtualDevices(devs, p.opts.SplitCount)
 	p.mu.Lock()
-	p.devices, p.physical = list, physical
+	p.devices, p.physical, p.board = list, physical, board
 	p.mu.Unlock()
 
 	sock := p.SocketPath()

@@ -19,6 +19,10 @@ type Device struct {
 	// MIG is set for a MIG device; Parent is its GPU's UUID.
 	MIG    bool
 	Parent string
+	// Lost is set for a GPU that NVML reports as lost (NVML_ERROR_GPU_IS_LOST):
+	// it keeps its identity (UUID, name) so that it can be advertised as
+	// unhealthy, but its memory and MIG devices are unknown.
+	Lost bool
 }
 
 // NewLibrary returns an NVML binding for the library at path; "" uses the
@@ -37,7 +41,8 @@ type Discoverer struct {
 }
 
 // Devices initialises NVML, lists devices and shuts it down again. A GPU
-// with MIG mode enabled is represented by its MIG devices.
+// with MIG mode enabled is represented by its MIG devices. A lost GPU is
+// listed with Lost set rather than failing the discovery of the others.
 func (d *Discoverer) Devices() (devs []Device, err error) {
 	if ret := d.Lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("nvml init: %w", nvmlError(ret))
@@ -59,6 +64,10 @@ func (d *Discoverer) Devices() (devs []Device, err error) {
 		gpu, err := describe(h, i)
 		if err != nil {
 			return nil, fmt.Errorf("nvml device %d: %w", i, err)
+		}
+		if gpu.Lost {
+			devs = append(devs, gpu)
+			continue
 		}
 		migs, err := migDevices(h, gpu)
 		if err != nil {
@@ -83,6 +92,9 @@ func describe(h nvml.Device, index int) (Device, error) {
 		return Device{}, fmt.Errorf("name: %w", nvmlError(ret))
 	}
 	mem, ret := h.GetMemoryInfo()
+	if ret == nvml.ERROR_GPU_IS_LOST {
+		return Device{UUID: uuid, Name: name, Index: index, Lost: true}, nil
+	}
 	if ret != nvml.SUCCESS {
 		return Device{}, fmt.Errorf("memory info: %w", nvmlError(ret))
 	}

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,5 +72,82 @@ func TestWatchHealth(t *testing.T) {
 	case u := <-out:
 		t.Fatalf("unexpected unhealthy %s", u)
 	default:
+	}
+}
+
+// TestHealthPollFallback: GPUs whose events cannot be watched are polled,
+// and a GPU that becomes lost while watched is reported once; XIDs of GPUs
+// that do support events are still reported.
+func TestHealthPollFallback(t *testing.T) {
+	cases := []struct {
+		name string
+		// noEventSet: EventSetCreate is not supported at all; otherwise
+		// only GPU-b refuses RegisterEvents.
+		noEventSet bool
+	}{
+		{"event set not supported", true},
+		{"events not supported by one GPU", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := NewMockLibrary(MockGPU{UUID: "GPU-a"}, MockGPU{UUID: "GPU-b"})
+			var lost atomic.Bool
+			var polls atomic.Int64
+			b := lib.devs["GPU-b"]
+			b.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+				polls.Add(1)
+				if lost.Load() {
+					return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+				}
+				return nvml.Memory{Total: 1 << 30}, nvml.SUCCESS
+			}
+			if tc.noEventSet {
+				lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+			} else {
+				b.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := make(chan string, 8)
+			done := make(chan error, 1)
+			w := &HealthWatcher{Lib: lib, PollInterval: 10 * time.Millisecond}
+			go func() { done <- w.Watch(ctx, []string{"GPU-a", "GPU-b"}, out) }()
+
+			for polls.Load() < 3 { // healthy while polled: nothing reported
+				time.Sleep(time.Millisecond)
+			}
+			if len(out) != 0 {
+				t.Fatalf("healthy GPU reported: %s", <-out)
+			}
+			lost.Store(true)
+			if u := recv(t, out); u != "GPU-b" {
+				t.Fatalf("unhealthy %s, want GPU-b", u)
+			}
+			if !tc.noEventSet {
+				_ = lib.Xid("GPU-a", 79)
+				if u := recv(t, out); u != "GPU-a" {
+					t.Fatalf("unhealthy %s, want GPU-a (XID)", u)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // ten more poll periods
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if len(out) != 0 {
+				t.Fatalf("reported again: %s", <-out)
+			}
+		})
+	}
+}
+
+func recv(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case u := <-ch:
+		return u
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing reported")
+		return ""
 	}
 }

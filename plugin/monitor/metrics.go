@@ -24,8 +24,20 @@ var (
 		"Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).",
 		[]string{"pod_uid", "container"}, nil)
 	descUsed = prometheus.NewDesc("hami_container_memory_used_bytes",
-		"Device memory in use by a container's processes, from its usage region.",
+		"Device memory reserved by a container's processes: used_total of its usage region, the counter the limit is checked against.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
+	descLiveUsed = prometheus.NewDesc("hami_container_memory_live_bytes",
+		"Device memory held by a container's live processes: used[] summed over the usage region's live slots.",
+		[]string{"pod_uid", "container", "device_index"}, nil)
+	descProcesses = prometheus.NewDesc("hami_container_processes",
+		"Live processes of a container: active usage-region slots whose lock byte is held.",
+		[]string{"pod_uid", "container"}, nil)
+	descDeadSlots = prometheus.NewDesc("hami_container_region_dead_slots",
+		"Active usage-region slots whose process died and that libvgpu has not reclaimed yet (their bytes still count in used_total).",
+		[]string{"pod_uid", "container"}, nil)
+	descOverflow = prometheus.NewDesc("hami_container_region_overflow",
+		"1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).",
+		[]string{"pod_uid", "container"}, nil)
 	descRegionLimit = prometheus.NewDesc("hami_container_region_memory_limit_bytes",
 		"Memory limit stamped into a container's usage region (absent when unlimited).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
@@ -35,19 +47,20 @@ var (
 )
 
 // Collector exports per-container limits (from the .limits files) and usage
-// (from usage.cache through a Decoder). It reads the files at scrape time,
-// so it holds no state that could go stale.
+// (from usage.cache through a UsageReader). It reads the files at scrape
+// time, so it holds no state that could go stale.
 type Collector struct {
-	Dir     string
-	Decoder Decoder
-	Logger  klog.Logger
+	Dir    string
+	Usage  UsageReader // nil: no usage metrics
+	Logger klog.Logger
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFileMemLimit, descFileCoreLimit, descUsed, descRegionLimit, descRegionErrors} {
+	for _, d := range []*prometheus.Desc{descFileMemLimit, descFileCoreLimit, descUsed, descLiveUsed, descRegionLimit,
+		descProcesses, descDeadSlots, descOverflow, descRegionErrors} {
 		ch <- d
 	}
 }
@@ -100,15 +113,15 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 }
 
 func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry) {
-	if c.Decoder == nil {
+	if c.Usage == nil {
 		return
 	}
-	data, err := os.ReadFile(filepath.Join(c.Dir, e.Name, UsageCacheName))
-	if err != nil {
+	path := filepath.Join(c.Dir, e.Name, UsageCacheName)
+	if _, err := os.Stat(path); err != nil {
 		return // no process has created the region yet
 	}
 	uid, ctr := string(e.PodUID), e.Container
-	u, err := c.Decoder.Decode(data)
+	u, err := c.Usage.ReadUsage(path)
 	if err != nil {
 		c.Logger.V(2).Info("Undecodable usage region", "container", e.Name, "err", err)
 		ch <- prometheus.MustNewConstMetric(descRegionErrors, prometheus.GaugeValue, 1, uid, ctr)
@@ -117,10 +130,18 @@ func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry) {
 	for _, d := range u.Devices {
 		idx := strconv.Itoa(d.Index)
 		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(d.UsedBytes), uid, ctr, idx)
+		ch <- prometheus.MustNewConstMetric(descLiveUsed, prometheus.GaugeValue, float64(d.LiveBytes), uid, ctr, idx)
 		if !d.Unlimited {
 			ch <- prometheus.MustNewConstMetric(descRegionLimit, prometheus.GaugeValue, float64(d.LimitBytes), uid, ctr, idx)
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(u.Processes)), uid, ctr)
+	ch <- prometheus.MustNewConstMetric(descDeadSlots, prometheus.GaugeValue, float64(u.DeadSlots), uid, ctr)
+	overflow := 0.0
+	if u.Overflow {
+		overflow = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descOverflow, prometheus.GaugeValue, overflow, uid, ctr)
 }
 
 // SweepMetrics counts sweep removals: hami_monitor_removed_total{kind}.

@@ -2,7 +2,6 @@ package monitor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -245,71 +244,6 @@ func TestSweepRacesAllocate(t *testing.T) {
 	}
 }
 
-// region builds a version 1 usage region with the given limits and per-slot usage.
-func region(limits map[int]uint64, sm map[int]uint32, slots ...map[int]uint64) []byte {
-	b := make([]byte, regionFileSize)
-	le := binary.LittleEndian
-	le.PutUint64(b, regionMagic)
-	le.PutUint32(b[offVersion:], regionVersion)
-	le.PutUint32(b[offSlotHWM:], uint32(len(slots)+1))
-	for d := 0; d < regionMaxDevices; d++ {
-		le.PutUint64(b[offMemLimit+8*d:], memUnlimited)
-		le.PutUint32(b[offSMLimit+4*d:], 100)
-	}
-	for d, v := range limits {
-		le.PutUint64(b[offMemLimit+8*d:], v)
-	}
-	for d, v := range sm {
-		le.PutUint32(b[offSMLimit+4*d:], v)
-	}
-	for i, s := range slots {
-		slot := b[regionHeaderSize+i*regionSlotSize:]
-		le.PutUint32(slot, slotStateActive)
-		for d, v := range s {
-			le.PutUint64(slot[offSlotUsed+8*d:], v)
-		}
-	}
-	// A freed slot after the active ones must not count.
-	free := b[regionHeaderSize+len(slots)*regionSlotSize:]
-	le.PutUint64(free[offSlotUsed:], 1<<40)
-	return b
-}
-
-func TestRegionV1Decode(t *testing.T) {
-	b := region(map[int]uint64{0: 3000 << 20}, map[int]uint32{0: 50}, map[int]uint64{0: 100}, map[int]uint64{0: 20, 1: 5})
-	u, err := RegionV1{}.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []DeviceUsage{
-		{Index: 0, LimitBytes: 3000 << 20, UsedBytes: 120, SMLimit: 50},
-		{Index: 1, LimitBytes: memUnlimited, Unlimited: true, UsedBytes: 5, SMLimit: 100},
-	}
-	if len(u.Devices) != len(want) || u.Devices[0] != want[0] || u.Devices[1] != want[1] {
-		t.Fatalf("usage = %+v, want %+v", u.Devices, want)
-	}
-	bad := append([]byte(nil), b...)
-	bad[0] = 'X'
-	if _, err := (RegionV1{}).Decode(bad); !errors.Is(err, ErrNotRegion) {
-		t.Fatalf("bad magic: %v", err)
-	}
-	if _, err := (RegionV1{}).Decode(b[:100]); !errors.Is(err, ErrNotRegion) {
-		t.Fatalf("short: %v", err)
-	}
-	v2 := append([]byte(nil), b...)
-	binary.LittleEndian.PutUint32(v2[offVersion:], 2)
-	if _, err := (RegionV1{}).Decode(v2); err == nil {
-		t.Fatal("version 2 accepted")
-	}
-}
-
-func FuzzRegionV1Decode(f *testing.F) {
-	f.Add(region(map[int]uint64{0: 1}, nil, map[int]uint64{0: 1})[:2048])
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = RegionV1{}.Decode(b) // must not panic on any input
-	})
-}
-
 func TestCollector(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "uid1_main.limits"),
@@ -320,7 +254,11 @@ func TestCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "uid1_main", UsageCacheName),
-		region(map[int]uint64{0: 3000 << 20}, nil, map[int]uint64{0: 1 << 20}), 0o666); err != nil {
+		regionSpec{
+			limits: map[int]uint64{0: 3000 << 20}, usedTotal: map[int]uint64{0: 3 << 20},
+			// Nobody holds the lock bytes: the first owner died, unreclaimed.
+			slots: []slotSpec{{state: slotStateActive, pid: 7, used: map[int]uint64{0: 1 << 20}}},
+		}.bytes(), 0o666); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "uid2_side"), 0o777); err != nil {
@@ -329,7 +267,7 @@ func TestCollector(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "uid2_side", UsageCacheName), []byte("garbage"), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	c := &Collector{Dir: dir, Decoder: RegionV1{}, Logger: klog.Background()}
+	c := &Collector{Dir: dir, Usage: RegionFiles{}, Logger: klog.Background()}
 	want := `
 # HELP hami_container_core_limit_ratio Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).
 # TYPE hami_container_core_limit_ratio gauge
@@ -338,15 +276,27 @@ hami_container_core_limit_ratio{container="main",pod_uid="uid1"} 0.5
 # TYPE hami_container_memory_limit_bytes gauge
 hami_container_memory_limit_bytes{container="main",device_index="0",pod_uid="uid1"} 3.145728e+09
 hami_container_memory_limit_bytes{container="main",device_index="1",pod_uid="uid1"} 1.073741824e+09
-# HELP hami_container_memory_used_bytes Device memory in use by a container's processes, from its usage region.
+# HELP hami_container_memory_live_bytes Device memory held by a container's live processes: used[] summed over the usage region's live slots.
+# TYPE hami_container_memory_live_bytes gauge
+hami_container_memory_live_bytes{container="main",device_index="0",pod_uid="uid1"} 0
+# HELP hami_container_memory_used_bytes Device memory reserved by a container's processes: used_total of its usage region, the counter the limit is checked against.
 # TYPE hami_container_memory_used_bytes gauge
-hami_container_memory_used_bytes{container="main",device_index="0",pod_uid="uid1"} 1.048576e+06
+hami_container_memory_used_bytes{container="main",device_index="0",pod_uid="uid1"} 3.145728e+06
+# HELP hami_container_processes Live processes of a container: active usage-region slots whose lock byte is held.
+# TYPE hami_container_processes gauge
+hami_container_processes{container="main",pod_uid="uid1"} 0
+# HELP hami_container_region_dead_slots Active usage-region slots whose process died and that libvgpu has not reclaimed yet (their bytes still count in used_total).
+# TYPE hami_container_region_dead_slots gauge
+hami_container_region_dead_slots{container="main",pod_uid="uid1"} 1
 # HELP hami_container_region_errors 1 when a container's usage region could not be decoded.
 # TYPE hami_container_region_errors gauge
 hami_container_region_errors{container="side",pod_uid="uid2"} 1
 # HELP hami_container_region_memory_limit_bytes Memory limit stamped into a container's usage region (absent when unlimited).
 # TYPE hami_container_region_memory_limit_bytes gauge
 hami_container_region_memory_limit_bytes{container="main",device_index="0",pod_uid="uid1"} 3.145728e+09
+# HELP hami_container_region_overflow 1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).
+# TYPE hami_container_region_overflow gauge
+hami_container_region_overflow{container="main",pod_uid="uid1"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

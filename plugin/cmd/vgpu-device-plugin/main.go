@@ -39,13 +39,27 @@ type options struct {
 }
 
 func main() {
-	if err := mainErr(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "vgpu-device-plugin:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(args []string) error {
+// run parses args (each flag falling back to its environment twin, read
+// through getenv) and serves until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	o, err := parseFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	logger := klog.Background().WithName("vgpu-device-plugin")
+	return serve(klog.NewContext(ctx, logger), o)
+}
+
+func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs := flag.NewFlagSet("vgpu-device-plugin", flag.ContinueOnError)
 	var o options
 	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
@@ -62,21 +76,20 @@ func mainErr(args []string) error {
 	fs.BoolVar(&o.healthChecks, "health-checks", true, "watch NVML for critical XIDs and mark GPUs unhealthy")
 	fs.BoolVar(&o.fakeDriver, "fake-driver", false, "test bed: mount fakegpu's libraries, profile and state into containers")
 	fs.StringVar(&o.fakeLibDir, "fake-driver-lib-dir", "", "host dir with fakegpu's libcuda.so.1 and libnvidia-ml.so.1")
-	fs.StringVar(&o.fakeProfile, "fake-driver-profile", "", "host path of the fakegpu profile (FAKEGPU_PROFILE in the container)")
-	fs.StringVar(&o.fakeStateDir, "fake-driver-state-dir", "", "host dir of the shared fakegpu state (FAKEGPU_STATE_DIR in the container)")
+	fs.StringVar(&o.fakeProfile, "fake-driver-profile", "", "host path of the fakegpu profile, mounted at fakegpu's default /etc/fakegpu/profile")
+	fs.StringVar(&o.fakeStateDir, "fake-driver-state-dir", "", "host dir of the shared fakegpu state, mounted at fakegpu's default /run/fakegpu")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	flagenv.Usage(fs, "v")
-	if err := flagenv.Parse(fs, args, os.Getenv, "v"); err != nil {
-		return err
+	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
+		return options{}, err
 	}
 	if o.nodeName == "" {
-		return fmt.Errorf("--node-name (NODE_NAME) is required")
+		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName("vgpu-device-plugin")
-	return run(klog.NewContext(ctx, logger), o)
+	if o.fakeDriver && o.fakeLibDir == "" {
+		return options{}, fmt.Errorf("--fake-driver needs --fake-driver-lib-dir (FAKE_DRIVER_LIB_DIR)")
+	}
+	return o, nil
 }

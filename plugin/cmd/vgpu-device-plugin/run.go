@@ -21,11 +21,12 @@ import (
 	"github.com/limitbed/limitbed/plugin/pods"
 )
 
-func run(ctx context.Context, o options) error {
+// serve builds the plugin from o and runs it until ctx ends.
+func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	profile, err := allocate.ParseProfile(o.compatProfile)
 	if err != nil {
-		return err
+		return fmt.Errorf("--compat-profile: %w", err)
 	}
 	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile)
 	if err != nil {
@@ -54,9 +55,6 @@ func run(ctx context.Context, o options) error {
 		HostPIDBroker:    eff.HostPIDBroker,
 	}
 	if o.fakeDriver {
-		if o.fakeLibDir == "" {
-			return fmt.Errorf("--fake-driver needs --fake-driver-lib-dir")
-		}
 		aopts.FakeDriver = &allocate.FakeDriver{LibDir: o.fakeLibDir, ProfilePath: o.fakeProfile, StateDir: o.fakeStateDir}
 	}
 	alloc, err := allocate.New(aopts)

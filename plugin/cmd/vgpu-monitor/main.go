@@ -38,13 +38,26 @@ type options struct {
 }
 
 func main() {
-	if err := mainErr(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "vgpu-monitor:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(args []string) error {
+// run parses args (each flag falling back to its environment twin, read
+// through getenv) and sweeps and serves metrics until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	o, err := parseFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	return serve(klog.NewContext(ctx, klog.Background().WithName("vgpu-monitor")), o)
+}
+
+func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
 	var o options
 	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
@@ -58,18 +71,20 @@ func mainErr(args []string) error {
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	flagenv.Usage(fs, "v")
-	if err := flagenv.Parse(fs, args, os.Getenv, "v"); err != nil {
-		return err
+	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
+		return options{}, err
 	}
 	if o.nodeName == "" {
-		return fmt.Errorf("--node-name (NODE_NAME) is required")
+		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return run(klog.NewContext(ctx, klog.Background().WithName("vgpu-monitor")), o)
+	if o.interval <= 0 {
+		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
+	}
+	return o, nil
 }
 
-func run(ctx context.Context, o options) error {
+// serve sweeps every o.interval and serves /metrics until ctx ends.
+func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	kube, err := kubeClient(o.kubeconfig)
 	if err != nil {
@@ -77,7 +92,7 @@ func run(ctx context.Context, o options) error {
 	}
 	dir := allocate.ContainersDir(o.hookPath)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&monitor.Collector{Dir: dir, Decoder: monitor.RegionV1{}, Logger: logger})
+	reg.MustRegister(&monitor.Collector{Dir: dir, Usage: monitor.RegionFiles{}, Logger: logger})
 	s := &monitor.Sweeper{
 		Dir: dir, API: &monitor.APIPods{Kube: kube, NodeName: o.nodeName}, Grace: o.grace, Logger: logger,
 		OnRemove: monitor.SweepMetrics(reg),

@@ -89,6 +89,21 @@ check "legacy login cudart cudaMalloc 4096" granted "$(in_container "$legacy" "$
 echo "== overhead: medians of 2000 cudaMalloc+cudaFree (1 MiB) and empty launches; init = cudaFree(0)"
 for i in 1 2 3; do echo "native  $("$bin/cudart_probe" bench 2000 2>&1)"; done
 for i in 1 2 3; do echo "library $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" bench 2000 2>&1)"; done
+echo "== compute limit: CUDA_DEVICE_SM_LIMIT=30, GPU_CORE_UTILIZATION_POLICY=force; ~1 ms kernels on all SMs"
+spin_s=${SPIN_SECONDS:-10}
+free_run=$("$bin/cudart_probe" spin "$spin_s" 2>&1)
+# A pod of its own: the first process stamps the limits into usage.cache (first writer wins), so
+# reusing the memory cases' cache would keep their "no compute limit".
+mkdir -p "$work/pod-compute"
+lim_run=$(env LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_LIMIT_0=3000m \
+	CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/pod-compute/usage.cache" CUDA_DEVICE_SM_LIMIT=30 GPU_CORE_UTILIZATION_POLICY=force \
+	"$bin/cudart_probe" spin "$spin_s" 2>&1)
+echo "unlimited: $free_run"
+echo "limit 30:  $lim_run"
+rate() { sed -n 's/.*"launches_per_s":\([0-9.]*\).*/\1/p' <<<"$1"; }
+ratio=$(awk -v a="$(rate "$lim_run")" -v b="$(rate "$free_run")" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
+check "compute limit 30% achieved ratio" "within-0.20-0.40" "ratio $ratio $(awk -v r="$ratio" 'BEGIN { print (r >= 0.20 && r <= 0.40) ? "within-0.20-0.40" : "outside-0.20-0.40" }')"
+
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"
 [ $fail = 0 ] && echo "gpu-check: all checks passed" || echo "gpu-check: FAILED"
 exit $fail

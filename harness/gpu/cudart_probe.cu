@@ -5,6 +5,8 @@
 //
 //   cudart_probe alloc MIB      cudaMalloc MIB MiB; one JSON line with the result and cudaMemGetInfo
 //   cudart_probe bench N        medians of N cudaMalloc+cudaFree (1 MiB) pairs and N empty launches
+//   cudart_probe spin SECONDS   launch ~1 ms busy kernels (all SMs) for SECONDS; print how many ran,
+//                               so a compute limit shows as a ratio against an unlimited run
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +18,13 @@
 
 __global__ void empty_kernel() {}
 
+// Busy-waits about `cycles` SM clock cycles, so each launch keeps the GPU busy for a known time.
+__global__ void spin_kernel(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
 static double now_us() {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -26,8 +35,9 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 || (strcmp(argv[1], "alloc") != 0 && strcmp(argv[1], "bench") != 0)) {
-        fprintf(stderr, "usage: cudart_probe alloc MIB | bench N\n");
+    if (argc != 3 || (strcmp(argv[1], "alloc") != 0 && strcmp(argv[1], "bench") != 0 &&
+                      strcmp(argv[1], "spin") != 0)) {
+        fprintf(stderr, "usage: cudart_probe alloc MIB | bench N | spin SECONDS\n");
         return 2;
     }
     double t0 = now_us();
@@ -49,6 +59,25 @@ int main(int argc, char **argv) {
                err == cudaSuccess ? "null" : cudaGetErrorName(err), err == cudaSuccess ? "" : "\"",
                total_b >> 20, free_b >> 20, cudaGetErrorName(ierr), init_us);
         if (p) cudaFree(p);
+        return 0;
+    }
+    if (strcmp(argv[1], "spin") == 0) {
+        double seconds = atof(argv[2]);
+        int sms = 0, khz = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+        long long cycles = (long long)khz;  // ~1 ms at the base clock
+        long launches = 0;
+        double start = now_us(), end = start + seconds * 1e6;
+        while (now_us() < end) {
+            spin_kernel<<<sms, 32>>>(cycles);
+            launches++;
+            if (launches % 8 == 0) cudaDeviceSynchronize();
+        }
+        cudaDeviceSynchronize();
+        double took = (now_us() - start) / 1e6;
+        printf("{\"mode\":\"spin\",\"seconds\":%.2f,\"launches\":%ld,\"launches_per_s\":%.1f,\"error\":\"%s\"}\n",
+               took, launches, launches / took, cudaGetErrorName(cudaGetLastError()));
         return 0;
     }
     int n = atoi(argv[2]);

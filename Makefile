@@ -11,7 +11,7 @@ OUT := $(if $(filter command line,$(origin OUT)),$(OUT),$(ROOT)/$(if $(SAN),buil
 
 C_COMPONENTS := $(foreach d,fakegpu hamicore,$(if $(wildcard $(d)/Makefile),$(d)))
 
-.PHONY: help build c go test test-c test-go test-san abi-check bench matrix e2e clean
+.PHONY: help build c go test test-c test-go test-san abi-check bench matrix e2e node-image images clean
 
 help: ## list the targets
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,8 +45,14 @@ bench: ## benchmarks (results go to docs/benchmarks.md by hand, with the command
 matrix: ## the compatibility matrix (plugin × core × delivery × launch method)
 	@scripts/matrix.sh
 
-e2e: ## end-to-end tests in a kind cluster
+e2e: ## end-to-end tests in a kind cluster (real kubelet, the Helm chart, offline node image here)
 	@scripts/e2e.sh
+
+node-image: ## build the offline kind node image (Debian packages and Go modules only; cached)
+	@scripts/node-image.sh
+
+images: ## build the device-plugin and workload images locally (no registry)
+	@scripts/plugin-image.sh && scripts/workload-image.sh
 
 clean: ## remove build outputs
 	rm -rf build build-san

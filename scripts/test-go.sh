@@ -12,4 +12,5 @@ fi
 # go-nvml's cgo preamble uses deprecated NVML declarations; its warnings are not ours.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 go vet ./...
+go vet -tags kind ./harness/e2e/ # the kind tier only builds with its tag (make e2e runs it)
 go test -race -count=1 ./... "$@"

@@ -1,0 +1,220 @@
+//go:build kind
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/limitbed/limitbed/harness/kindcluster"
+	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/annotations"
+)
+
+const (
+	testNamespace = "default"
+	toolsDir      = "/opt/fakegpu/bin"
+	cudaprobe     = toolsDir + "/cudaprobe"
+	vgpuDir       = "/usr/local/vgpu" // on the node: the chart's default gpuHookPath + /vgpu
+)
+
+// profileUUID reads the first device's uuid from a fakegpu profile.
+func profileUUID(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read fakegpu profile: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if ok && strings.TrimSpace(k) == "uuid" {
+			v, _, _ = strings.Cut(v, "#")
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("%s: no uuid line", path)
+}
+
+// waitGPUs waits until node advertises nvidia.com/gpu (the plugin registered with the kubelet).
+func waitGPUs(ctx context.Context, c *kindcluster.Cluster, node string, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		q, ok := n.Status.Allocatable["nvidia.com/gpu"]
+		return ok && !q.IsZero(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s never advertised nvidia.com/gpu: %w", node, err)
+	}
+	return nil
+}
+
+// podName turns a test name into a pod name.
+func podName(t *testing.T) string {
+	s := strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-"))
+	s = strings.Trim(strings.TrimPrefix(s, "testkind"), "-")
+	if len(s) > 50 {
+		s = s[:50]
+	}
+	return "gpu-" + strings.Trim(s, "-")
+}
+
+// gpuPod creates a workload pod asking for one vGPU with memMiB, has the "scheduler" bind it to
+// worker node with the fake GPU, waits for it to run and returns its container. The pod is deleted
+// when the test ends.
+func gpuPod(t *testing.T, e *testEnv, worker int, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
+	t.Helper()
+	ctx := t.Context()
+	name := podName(t)
+	node := e.c.Worker(worker)
+	hostTools := corev1.HostPathDirectory
+	grace := int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Annotations: ann},
+		Spec: corev1.PodSpec{
+			SchedulerName:                 kindcluster.SchedulerName,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "main", Image: sandbox.WorkloadImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					"nvidia.com/gpu":    resource.MustParse("1"),
+					"nvidia.com/gpumem": *resource.NewQuantity(int64(memMiB), resource.DecimalSI),
+				}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "fakegpu-tools", MountPath: toolsDir, ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "fakegpu-tools", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: vgpuDir + "/fakegpu/bin", Type: &hostTools}}}},
+		},
+	}
+	created, err := e.c.Kube.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := e.c.DeletePod(context.WithoutCancel(ctx), testNamespace, name); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	devs := annotations.PodDevices{{{UUID: e.gpuUUID, Type: "NVIDIA", UsedMem: memMiB, UsedCores: 0}}}
+	if err := kindcluster.Bind(ctx, e.c.Kube, created, node, devs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.WaitPodRunning(ctx, testNamespace, name, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := e.c.PodContainer(ctx, testNamespace, name, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// probe runs cudaprobe --mib mib through method m and returns its report.
+func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Result {
+	t.Helper()
+	m, err := launch.Lookup(method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
+	defer cancel()
+	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s --mib %d", cudaprobe, mib))
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	if res.Probe == nil {
+		t.Fatalf("%s: no cudaprobe report (exit %d)\nstdout: %s\nstderr: %s\nlauncher: %s %s",
+			method, res.ExitCode, res.Stdout, res.Stderr, res.Launcher.Stdout, res.Launcher.Stderr)
+	}
+	return res
+}
+
+func num(r launch.Result, key string) float64 {
+	v, _ := r.Probe[key].(float64)
+	return v
+}
+
+// wantRefused asserts that the allocation was refused and the device looks like the limit.
+func wantRefused(t *testing.T, method string, r launch.Result, limitMiB int) {
+	t.Helper()
+	if got := num(r, "granted_mib"); got >= num(r, "requested_mib") {
+		t.Errorf("%s: granted %v MiB of %v MiB under a %d MiB limit (user %s)\nreport: %s\nstderr: %s",
+			method, got, num(r, "requested_mib"), limitMiB, r.User, r.ProbeJSON, r.Stderr)
+	}
+	if got := num(r, "total_mib"); int(got) != limitMiB {
+		t.Errorf("%s: device total %v MiB, want the %d MiB limit\nreport: %s", method, got, limitMiB, r.ProbeJSON)
+	}
+}
+
+// wantGranted asserts that the allocation succeeded against the whole device (no limit applied).
+func wantGranted(t *testing.T, method string, r launch.Result) {
+	t.Helper()
+	if got := num(r, "granted_mib"); got != num(r, "requested_mib") {
+		t.Errorf("%s: granted %v of %v MiB, want all of it (env mode does not reach this session)\nreport: %s\nstderr: %s",
+			method, got, num(r, "requested_mib"), r.ProbeJSON, r.Stderr)
+	}
+}
+
+// nodeLimitsFile returns the content of the pod container's .limits file on its node, or "" when
+// there is none.
+func nodeLimitsFile(t *testing.T, e *testEnv, node string, pc *kindcluster.PodContainer) string {
+	t.Helper()
+	p, err := e.c.Kube.CoreV1().Pods(pc.Namespace).Get(t.Context(), pc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("%s/containers/%s_%s.limits", vgpuDir, p.UID, pc.Container)
+	out, err := e.c.NodeExec(t.Context(), node, "sh", "-c", "cat "+path+" 2>/dev/null || true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+func sandboxOpts() sandbox.ExecOptions { return sandbox.ExecOptions{} }
+
+// waitPluginRegistered waits until the device plugin on node has registered with the kubelet after
+// since (its log says so), and then for the node to advertise GPUs again. After a plugin or kubelet
+// restart the node status can still show the old, now unhealthy devices; the kubelet's own view is
+// what admits pods.
+func waitPluginRegistered(ctx context.Context, e *testEnv, node string, since time.Time) error {
+	sinceTime := metav1.NewTime(since.Add(-time.Second))
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				continue
+			}
+			logs, err := e.c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{
+				Container: "device-plugin", SinceTime: &sinceTime}).DoRaw(ctx)
+			if err == nil && strings.Contains(string(logs), "Registered with kubelet") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("device plugin on %s did not register with the kubelet after %s: %w", node, since.Format(time.RFC3339), err)
+	}
+	time.Sleep(3 * time.Second) // the kubelet connects back and receives the device list
+	return waitGPUs(ctx, e.c, node, time.Minute)
+}

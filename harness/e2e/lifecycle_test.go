@@ -1,0 +1,122 @@
+//go:build kind
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// The monitor removes a dead pod's directory and its .limits file (grace 5 s in this cluster).
+func TestKindPodDeletionCleansUp(t *testing.T) {
+	e := need(t)
+	node := e.c.Worker(fileWorker)
+	pc := gpuPod(t, e, fileWorker, 3000, nil)
+	p, err := e.c.Kube.CoreV1().Pods(pc.Namespace).Get(t.Context(), pc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := fmt.Sprintf("%s/containers/%s_main", vgpuDir, p.UID)
+	if out, err := e.c.NodeExec(t.Context(), node, "ls", "-d", entry, entry+".limits"); err != nil {
+		t.Fatalf("before deletion: %v", out)
+	}
+	if err := e.c.DeletePod(t.Context(), pc.Namespace, pc.Name); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, _ := e.c.NodeExec(ctx, node, "sh", "-c", "ls -d "+entry+"* 2>/dev/null; true")
+		return strings.TrimSpace(string(out)) == "", nil
+	})
+	if err != nil {
+		out, _ := e.c.NodeExec(t.Context(), node, "ls", "-la", vgpuDir+"/containers")
+		t.Fatalf("the monitor left %s and its .limits file after the pod was deleted: %v\n%s", entry, err, out)
+	}
+}
+
+// Restarting the kubelet drops every plugin registration; the plugin must notice the new
+// kubelet.sock, register again, and allocate for new pods with limits.
+func TestKindKubeletRestart(t *testing.T) {
+	e := need(t)
+	node := e.c.Worker(fileWorker)
+	since := time.Now()
+	if _, err := e.c.NodeExec(t.Context(), node, "systemctl", "restart", "kubelet"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPluginRegistered(t.Context(), e, node, since); err != nil {
+		t.Fatal(err)
+	}
+	pc := gpuPod(t, e, fileWorker, 3000, nil)
+	wantRefused(t, "ssh", probe(t, pc, "ssh", 4096), 3000)
+}
+
+// A running pod keeps its limits while the plugin pod is replaced: the file is on the node and
+// bind-mounted, not served by the plugin.
+func TestKindPluginRestartKeepsLimits(t *testing.T) {
+	e := need(t)
+	node := e.c.Worker(fileWorker)
+	pc := gpuPod(t, e, fileWorker, 3000, nil)
+	pods, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).List(t.Context(), metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("plugin pod on %s: %v (%d found)", node, err, len(pods.Items))
+	}
+	old := pods.Items[0]
+	since := time.Now()
+	if err := e.c.DeletePod(t.Context(), old.Namespace, old.Name); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := e.c.Kube.CoreV1().Pods(old.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
+		if err != nil || len(l.Items) != 1 || l.Items[0].UID == old.UID {
+			return false, nil
+		}
+		for _, s := range l.Items[0].Status.ContainerStatuses {
+			if !s.Ready {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("plugin pod on %s did not come back: %v", node, err)
+	}
+	if err := waitPluginRegistered(t.Context(), e, node, since); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, "ssh", probe(t, pc, "ssh", 4096), 3000)
+	wantRefused(t, "exec", probe(t, pc, "exec", 4096), 3000)
+}
+
+// Rollback: the operator sets limitDelivery: env (and drops the node override); after the plugin
+// rollout, recreated pods get env delivery everywhere: no file, and ssh sessions run unlimited again.
+// Runs last: it changes the release.
+func TestKindRollbackToEnvMode(t *testing.T) {
+	e := need(t)
+	ctx := t.Context()
+	since := time.Now()
+	if err := e.c.HelmUpgrade(ctx, e.release, chartValues("env", false), 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.c.HelmUpgrade(context.WithoutCancel(ctx), e.release, chartValues("file", true), 3*time.Minute); err != nil {
+			t.Logf("restore file mode: %v", err)
+		}
+	})
+	node := e.c.Worker(fileWorker)
+	if err := waitPluginRegistered(ctx, e, node, since); err != nil {
+		t.Fatal(err)
+	}
+	pc := gpuPod(t, e, fileWorker, 3000, nil)
+	if limits := nodeLimitsFile(t, e, node, pc); limits != "" {
+		t.Errorf("env mode after rollback wrote a limits file: %q", limits)
+	}
+	wantRefused(t, "exec", probe(t, pc, "exec", 4096), 3000)
+	wantGranted(t, "ssh", probe(t, pc, "ssh", 4096))
+}

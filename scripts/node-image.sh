@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# Builds the kind node image limitbed/kind-node:<kubernetes version>-<hash> with no image registry,
+# from Debian packages and Go modules only (images/node/versions.env pins every version):
+#   1. Go binaries: kubelet, kubeadm, kubectl, kube-apiserver, kube-controller-manager,
+#      kube-scheduler, kube-proxy (a wrapper module that requires k8s.io/kubernetes and replaces its
+#      ./staging paths with the published k8s.io/* modules), etcd, crictl, coredns; pause with gcc;
+#   2. debootstrap rootfs for the node (images/node/packages.txt) and for kube-proxy;
+#   3. component images FROM scratch tagged with the registry.k8s.io names kubeadm expects;
+#   4. node rootfs = debootstrap + kind's images/base files (from the sigs.k8s.io/kind module) +
+#      images/node/files + rootfs-setup.sh in a chroot; the component images imported into its
+#      /var/lib/containerd by a throwaway containerd;
+#   5. docker import + images/node/Dockerfile (entrypoint, STOPSIGNAL).
+# Every stage is cached under $LIMITBED_CACHE/node-image keyed by its inputs; the image tag hashes all
+# inputs, so a run with nothing changed only inspects the image.
+#
+# Usage: scripts/node-image.sh [--print]   (--print: print the image name and exit, build nothing)
+# Env: LIMITBED_CACHE (default /var/cache/limitbed), LIMITBED_DEBIAN_MIRROR,
+#      LIMITBED_NODE_IMAGE_SAVE=1 (also keep a docker-save tarball in the cache and load it when the
+#      docker store lost the image).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SRC=images/node
+# shellcheck source=../images/node/versions.env
+. "$SRC/versions.env"
+CACHE=${LIMITBED_CACHE:-/var/cache/limitbed}
+WORK=$CACHE/node-image
+
+input_hash=$( {
+	cat "$0" "$SRC/versions.env" "$SRC/packages.txt" "$SRC/proxy-packages.txt" "$SRC/rootfs-setup.sh" "$SRC/Dockerfile"
+	find "$SRC/files" -type f | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done
+} | sha256sum | cut -c1-12)
+IMAGE=limitbed/kind-node:$KUBERNETES_VERSION-$input_hash
+
+if [ "${1:-}" = "--print" ]; then
+	echo "$IMAGE"
+	exit 0
+fi
+
+log() { echo "node-image: $*" >&2; }
+die() { echo "node-image: $*" >&2; exit 1; }
+# stage NAME CMD...: runs one stage, printing its duration.
+stage() {
+	local name=$1 t=$SECONDS
+	shift
+	log "$name ..."
+	"$@"
+	log "$name done in $((SECONDS - t))s"
+}
+
+mkdir -p "$WORK"
+exec 9>"$CACHE/.node-image.lock"
+flock 9
+
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+	log "$IMAGE is up to date"
+	echo "$IMAGE"
+	exit 0
+fi
+tarball=$WORK/$(echo "$IMAGE" | tr '/:' '__').tar.gz
+if [ -f "$tarball" ]; then
+	stage "docker load $tarball" sh -c "gzip -dc '$tarball' | docker load >/dev/null"
+	echo "$IMAGE"
+	exit 0
+fi
+
+[ "$(id -u)" -eq 0 ] || die "building the node image needs root (debootstrap, chroot, containerd)"
+for tool in go gcc debootstrap docker containerd ctr jq; do
+	command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (scripts/install-deps.sh; containerd and ctr come with docker.io)"
+done
+start=$SECONDS
+export GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+# --- 1. Go binaries -------------------------------------------------------------------------------
+BIN=$WORK/bin
+mkdir -p "$BIN"
+
+# wrapper DIR MODULE@VERSION [REPLACE-LINES]: a module that requires MODULE, so its commands build
+# from the proxy's zip.
+wrapper() {
+	local dir=$1 req=$2 replaces=${3:-}
+	mkdir -p "$dir"
+	{
+		echo "module limitbed.local/nodeimage/$(basename "$dir")"
+		echo
+		echo "go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/').0"
+		echo
+		echo "require ${req%@*} ${req#*@}"
+		[ -z "$replaces" ] || printf 'replace (\n%s\n)\n' "$replaces"
+	} >"$dir/go.mod"
+}
+
+build_kubernetes() {
+	local out=$BIN/kubernetes-$KUBERNETES_VERSION dir=$WORK/src/kubernetes-$KUBERNETES_VERSION gomod minor replaces
+	[ -f "$out/.complete" ] && { log "reusing $out"; return; }
+	gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | jq -r .GoMod)
+	minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
+	# Every k8s.io/* module that k8s.io/kubernetes requires at v0.0.0 is one of its ./staging paths.
+	replaces=$(sed -n -E 's#^\s*(k8s\.io/[a-z0-9-]+) v0\.0\.0$#\t\1 => \1 v0.'"$minor"'.'"$(echo "$KUBERNETES_VERSION" | cut -d. -f3)"'#p' "$gomod")
+	[ -n "$replaces" ] || die "found no staging modules in $gomod"
+	wrapper "$dir" "k8s.io/kubernetes@$KUBERNETES_VERSION" "$replaces"
+	local v=$KUBERNETES_VERSION ldflags="-s -w -buildid="
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=$(echo "${v#v}" | cut -d. -f1) -X $p.gitMinor=$minor"
+		ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+	done
+	mkdir -p "$out"
+	(cd "$dir" && go build -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$out/" \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
+	touch "$out/.complete"
+}
+
+# build_tool NAME MODULE VERSION PACKAGE: one binary from a wrapper module.
+build_tool() {
+	local name=$1 mod=$2 ver=$3 pkg=$4 out=$BIN/$1-$3 dir=$WORK/src/$1-$3
+	[ -f "$out/.complete" ] && { log "reusing $out"; return; }
+	wrapper "$dir" "$mod@$ver"
+	mkdir -p "$out"
+	(cd "$dir" && go build -trimpath -ldflags "-s -w -buildid=" -o "$out/$name" "$pkg")
+	touch "$out/.complete"
+}
+
+build_pause() {
+	local out=$BIN/pause-$KUBERNETES_VERSION src
+	[ -f "$out/.complete" ] && { log "reusing $out"; return; }
+	src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | jq -r .Dir)/build/pause/linux/pause.c
+	mkdir -p "$out"
+	gcc -Os -Wall -Werror -static -DVERSION="$KUBERNETES_VERSION" -o "$out/pause" "$src"
+	strip "$out/pause"
+	touch "$out/.complete"
+}
+
+# --- 2. debootstrap rootfs ------------------------------------------------------------------------
+debian_mirror() {
+	local m
+	m=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | sed -n 's/^URIs:[[:space:]]*//p' | tr ' ' '\n' |
+		grep -E '/debian/?$' | head -1 || true)
+	[ -n "$m" ] || m=$(sed -n -E 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+\/debian\/?)[[:space:]]+'"$DEBIAN_SUITE"'[[:space:]].*/\2/p' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -1 || true)
+	echo "${m:-http://deb.debian.org/debian}"
+}
+
+# rootfs NAME PACKAGES-FILE: prints the cached rootfs directory, building it when missing.
+rootfs_dir() {
+	local pkgs
+	pkgs=$(grep -v '^[[:space:]]*\(#\|$\)' "$2" | sort -u | paste -sd, -)
+	echo "$WORK/rootfs-$1-$( { echo "$DEBIAN_SUITE"; echo "$pkgs"; } | sha256sum | cut -c1-12)"
+}
+debootstrap_rootfs() {
+	local name=$1 list=$2 dir pkgs
+	dir=$(rootfs_dir "$name" "$list")
+	[ -f "$dir/.complete" ] && { log "reusing $dir"; return; }
+	pkgs=$(grep -v '^[[:space:]]*\(#\|$\)' "$list" | sort -u | paste -sd, -)
+	rm -rf "$dir.tmp"
+	debootstrap --variant=minbase --include="$pkgs" "$DEBIAN_SUITE" "$dir.tmp" \
+		"${LIMITBED_DEBIAN_MIRROR:-$(debian_mirror)}" >"$WORK/debootstrap-$name.log" 2>&1 ||
+		die "debootstrap $name failed; see $WORK/debootstrap-$name.log"
+	chroot "$dir.tmp" apt-get clean
+	rm -rf "$dir.tmp"/var/lib/apt/lists/* "$dir.tmp"/var/cache/apt/*.bin
+	touch "$dir.tmp/.complete"
+	mv "$dir.tmp" "$dir"
+}
+
+STAGE_DIR=$WORK/stage
+BG_PIDS=()
+cleanup() {
+	local p
+	for p in "${BG_PIDS[@]}" ${CTRD_PID:-}; do pkill -TERM -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+	rm -rf "$STAGE_DIR" "${CTRD_TMP:-}"
+}
+trap cleanup EXIT
+
+# The debootstraps are network- and disk-bound: run them while the Go builds use the CPUs.
+(debootstrap_rootfs node "$SRC/packages.txt") >"$WORK/rootfs-node.out" 2>&1 &
+node_rootfs_pid=$!
+BG_PIDS+=("$node_rootfs_pid")
+(debootstrap_rootfs proxy "$SRC/proxy-packages.txt") >"$WORK/rootfs-proxy.out" 2>&1 &
+proxy_rootfs_pid=$!
+BG_PIDS+=("$proxy_rootfs_pid")
+
+stage "kubernetes $KUBERNETES_VERSION binaries" build_kubernetes
+stage "etcd $ETCD_VERSION" build_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+stage "crictl $CRICTL_VERSION" build_tool crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+stage "coredns $COREDNS_VERSION" build_tool coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns
+stage "pause" build_pause
+
+t=$SECONDS
+log "waiting for the debootstrap rootfs builds ..."
+wait "$node_rootfs_pid" || { cat "$WORK/rootfs-node.out" >&2; die "node rootfs failed"; }
+wait "$proxy_rootfs_pid" || { cat "$WORK/rootfs-proxy.out" >&2; die "kube-proxy rootfs failed"; }
+cat "$WORK/rootfs-node.out" "$WORK/rootfs-proxy.out" >&2
+log "rootfs builds done (waited $((SECONDS - t))s)"
+NODE_ROOTFS=$(rootfs_dir node "$SRC/packages.txt")
+PROXY_ROOTFS=$(rootfs_dir proxy "$SRC/proxy-packages.txt")
+K8S_BIN=$BIN/kubernetes-$KUBERNETES_VERSION
+
+# --- 3. component images --------------------------------------------------------------------------
+# image_from NAME BASE FILE... : docker build of an image holding FILEs under /usr/local/bin.
+image_from() {
+	local name=$1 base=$2 ctx
+	shift 2
+	ctx=$(mktemp -d)
+	cp "$@" "$ctx/"
+	{
+		echo "FROM $base"
+		echo "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		for f in "$@"; do echo "COPY $(basename "$f") /usr/local/bin/"; done
+		case "$name" in
+		*/coredns:*) echo "COPY coredns /coredns"; echo 'ENTRYPOINT ["/coredns"]' ;;
+		*/pause:*) echo "COPY pause /pause"; echo 'ENTRYPOINT ["/pause"]' ;;
+		esac
+	} >"$ctx/Dockerfile"
+	DOCKER_BUILDKIT=0 docker build -q -t "$name" "$ctx" >/dev/null || { rm -rf "$ctx"; die "docker build $name failed"; }
+	rm -rf "$ctx"
+}
+
+component_images() {
+	local proxy_base=limitbed/kube-proxy-rootfs:$(basename "$PROXY_ROOTFS") img
+	docker image inspect "$proxy_base" >/dev/null 2>&1 ||
+		tar -C "$PROXY_ROOTFS" --exclude=./.complete --numeric-owner -c . | docker import - "$proxy_base" >/dev/null
+	IMAGES=()
+	while read -r img; do
+		case "$img" in
+		*/kube-proxy:*) image_from "$img" "$proxy_base" "$K8S_BIN/kube-proxy" ;;
+		*/kube-*:*) local b=${img##*/}; image_from "$img" scratch "$K8S_BIN/${b%%:*}" ;;
+		*/etcd:*) image_from "$img" scratch "$BIN/etcd-$ETCD_VERSION/etcd" ;;
+		*/coredns:*) image_from "$img" scratch "$BIN/coredns-$COREDNS_VERSION/coredns" ;;
+		*/pause:*) image_from "$img" scratch "$BIN/pause-$KUBERNETES_VERSION/pause"; PAUSE_IMAGE=$img ;;
+		*) die "kubeadm expects an image this script cannot build: $img" ;;
+		esac
+		IMAGES+=("$img")
+	done < <("$K8S_BIN/kubeadm" config images list --kubernetes-version "$KUBERNETES_VERSION")
+	[ -n "${PAUSE_IMAGE:-}" ] || die "kubeadm listed no pause image"
+	log "component images: ${IMAGES[*]}"
+	docker save -o "$WORK/components.tar" "${IMAGES[@]}"
+}
+stage "component images" component_images
+
+# --- 4. node rootfs -------------------------------------------------------------------------------
+assemble_rootfs() {
+	local kind base
+	kind=$(go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
+	base=$kind/images/base/files
+	rm -rf "$STAGE_DIR"
+	cp -a "$NODE_ROOTFS" "$STAGE_DIR"
+	rm -f "$STAGE_DIR/.complete"
+	mkdir -p "$STAGE_DIR/kind" "$STAGE_DIR/etc/systemd/system/kubelet.service.d"
+	cp -r "$base/kind/." "$STAGE_DIR/kind/"
+	cp "$base/usr/local/bin/"* "$STAGE_DIR/usr/local/bin/"
+	cp "$base/etc/crictl.yaml" "$STAGE_DIR/etc/"
+	cp "$base/etc/containerd/config.toml" "$STAGE_DIR/etc/containerd/"
+	cp "$base/etc/default/kubelet" "$STAGE_DIR/etc/default/"
+	cp "$base/etc/sysctl.d/"* "$STAGE_DIR/etc/sysctl.d/"
+	cp "$base/etc/systemd/system/"*.service "$base/etc/systemd/system/"*.slice "$STAGE_DIR/etc/systemd/system/"
+	cp "$base/etc/systemd/system/kubelet.service.d/"* "$STAGE_DIR/etc/systemd/system/kubelet.service.d/"
+	cp -r "$SRC/files/." "$STAGE_DIR/"
+	# files from the module cache are read-only
+	chmod -R u+w "$STAGE_DIR/kind" "$STAGE_DIR/etc" "$STAGE_DIR/usr/local/bin"
+	cp "$K8S_BIN/kubelet" "$K8S_BIN/kubeadm" "$K8S_BIN/kubectl" "$STAGE_DIR/usr/bin/"
+	cp "$BIN/crictl-$CRICTL_VERSION/crictl" "$STAGE_DIR/usr/local/bin/"
+	cp "$SRC/rootfs-setup.sh" "$STAGE_DIR/tmp/"
+	chroot "$STAGE_DIR" env KUBERNETES_VERSION="$KUBERNETES_VERSION" PAUSE_IMAGE="$PAUSE_IMAGE" /bin/sh /tmp/rootfs-setup.sh
+}
+stage "node rootfs" assemble_rootfs
+
+import_images() {
+	CTRD_TMP=$(mktemp -d)
+	cat >"$CTRD_TMP/config.toml" <<-EOF
+		version = 2
+		root = "$STAGE_DIR/var/lib/containerd"
+		state = "$CTRD_TMP/state"
+		disabled_plugins = ["io.containerd.grpc.v1.cri"]
+		[grpc]
+		  address = "$CTRD_TMP/containerd.sock"
+	EOF
+	containerd --config "$CTRD_TMP/config.toml" >"$WORK/containerd-import.log" 2>&1 &
+	CTRD_PID=$!
+	local i
+	for i in $(seq 50); do
+		ctr -a "$CTRD_TMP/containerd.sock" version >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	ctr -a "$CTRD_TMP/containerd.sock" -n k8s.io images import --no-unpack --all-platforms "$WORK/components.tar" >/dev/null
+	for i in "${IMAGES[@]}"; do
+		ctr -a "$CTRD_TMP/containerd.sock" -n k8s.io images label "$i" io.cri-containerd.pinned=pinned >/dev/null
+	done
+	ctr -a "$CTRD_TMP/containerd.sock" -n k8s.io images ls -q >&2
+	kill "$CTRD_PID"
+	wait "$CTRD_PID" 2>/dev/null || true
+	CTRD_PID=
+}
+stage "import component images into the node's containerd" import_images
+
+# --- 5. the image ---------------------------------------------------------------------------------
+make_image() {
+	local base=limitbed/kind-node-rootfs:$KUBERNETES_VERSION-$input_hash
+	tar -C "$STAGE_DIR" --numeric-owner -c . | docker import - "$base" >/dev/null
+	DOCKER_BUILDKIT=0 docker build -q -t "$IMAGE" --build-arg BASE="$base" \
+		--label org.limitbed.node.hash="$input_hash" "$SRC" >/dev/null
+	docker rmi "$base" >/dev/null 2>&1 || true
+	if [ "${LIMITBED_NODE_IMAGE_SAVE:-0}" = 1 ]; then
+		docker save "$IMAGE" | gzip -1 >"$tarball.tmp" && mv "$tarball.tmp" "$tarball"
+	fi
+}
+stage "docker image $IMAGE" make_image
+rm -f "$WORK/components.tar"
+
+size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
+log "$IMAGE built in $((SECONDS - start))s, size $((size / 1024 / 1024)) MiB"
+echo "$IMAGE"

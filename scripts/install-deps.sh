@@ -30,7 +30,8 @@ packages=(
 	libnvidia-ml-dev              # the real nvml.h for make abi-check
 	valgrind                      # callgrind instruction counts (make bench)
 	util-linux                    # unshare, mount: private mount namespaces for login-session tests
-	debootstrap                   # the workload image's rootfs (no image registry)
+	debootstrap                   # rootfs of the workload and kind node images (no image registry)
+	busybox-static                # the plugin image's install step and the Docker probe image
 	jq ca-certificates git
 )
 

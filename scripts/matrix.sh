@@ -2,8 +2,9 @@
 # make matrix: build what the compatibility matrix needs (the C libraries and tools, the workload
 # image when Docker answers, the limitbed CLI), run it on the best available backend, print the
 # table, write matrix.md and matrix.json at the repository root, and exit 1 when a cell differs from
-# testdata/matrix/expected.json. Arguments go to `limitbed matrix` (e.g. --core-old=PATH,
-# --backend=host, --methods=exec,ssh); LIMITBED_BACKEND=docker|host forces a backend.
+# testdata/matrix/expected.json. Arguments go to `limitbed matrix` unchanged (e.g. --core-old=PATH,
+# --plugin-old=PATH --plugin-old-args='--flag={kubeconfig} ...', --backend=host, --methods=exec,ssh);
+# LIMITBED_BACKEND=docker|host forces a backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)

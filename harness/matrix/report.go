@@ -3,6 +3,7 @@ package matrix
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -46,6 +47,9 @@ func Markdown(rep Report) string {
 	if rep.CoreOld != "" {
 		fmt.Fprintf(&b, "; old core: %s", rep.CoreOld)
 	}
+	if rep.PluginOld != "" {
+		fmt.Fprintf(&b, "; old plugin: `%s`", rep.PluginOld)
+	}
 	b.WriteString("\n\nColumns: plugin / core / limitDelivery. A cell is capped when a 4096 MiB allocation under a " +
 		"3000 MiB limit is refused, gpuinfo shows 3000 MiB and the process is in the pod's usage.cache.\n\n")
 	cell := func(method string, c Combo) string {
@@ -66,12 +70,12 @@ func Markdown(rep Report) string {
 		}
 		return ""
 	}
-	writeTable(&b, rep.Methods, rep.Combos, keepsEnvOf(rep.Results), cell)
+	writeTable(&b, rep.Methods, rep.Combos, keepsEnvOf(rep.Results), rep.label, cell)
 	if rep.Mismatch > 0 {
 		b.WriteString("\n## Mismatches\n\n")
 		for _, r := range rep.Results {
 			if !r.Match {
-				fmt.Fprintf(&b, "- %s, %s: want %s: %s\n", r.Combo.Label(), r.Method, verdict(r.Expected), strings.Join(r.Why, "; "))
+				fmt.Fprintf(&b, "- %s, %s: want %s: %s\n", rep.label(r.Combo), r.Method, verdict(r.Expected), strings.Join(r.Why, "; "))
 			}
 		}
 	}
@@ -102,7 +106,7 @@ func ExpectedMarkdown(e Expected) string {
 	b.WriteString("# Expected compatibility matrix\n\nGenerated from expected.json (derived from the design's " +
 		"Compatibility and Failure behavior sections). Columns: plugin / core / limitDelivery; the number " +
 		"after a verdict is the reason below.\n\n")
-	writeTable(&b, methods, combos, keeps, func(m string, c Combo) string {
+	writeTable(&b, methods, combos, keeps, Combo.Label, func(m string, c Combo) string {
 		x, _ := e.Lookup(c, m)
 		return fmt.Sprintf("%s (%d)", verdict(x.Enforced), slices.Index(whyList, x.Why)+1)
 	})
@@ -121,10 +125,21 @@ func keepsEnvOf(rs []Result) map[string]bool {
 	return m
 }
 
-func writeTable(b *strings.Builder, methods []string, combos []Combo, keeps map[string]bool, cell func(string, Combo) string) {
+// label is a column heading: Combo.Label, with the old plugin binary's name in place of the
+// hami-v2.10 profile when one replaced it.
+func (rep Report) label(c Combo) string {
+	if rep.PluginOld == "" || c.Plugin != "hami-v2.10" {
+		return c.Label()
+	}
+	bin, _, _ := strings.Cut(rep.PluginOld, " ")
+	return "v2.10=`" + filepath.Base(bin) + "` binary / " + short(c.Core) + " / " + c.Delivery
+}
+
+func writeTable(b *strings.Builder, methods []string, combos []Combo, keeps map[string]bool, label func(Combo) string,
+	cell func(string, Combo) string) {
 	b.WriteString("| method | env kept |")
 	for _, c := range combos {
-		b.WriteString(" " + c.Label() + " |")
+		b.WriteString(" " + label(c) + " |")
 	}
 	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(combos)) + "\n")
 	for _, m := range methods {

@@ -28,3 +28,25 @@ func TestMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkdownPluginOld: with an old plugin binary, the v2.10 plugin columns name the binary and the
+// summary line gives its argument template; the other columns keep their labels.
+func TestMarkdownPluginOld(t *testing.T) {
+	t.Parallel()
+	old, cur := Combo{"hami-v2.10", "current", "env"}, Combo{"current", "current", "env"}
+	rep := Report{Backend: "docker", Methods: []string{"exec"}, Combos: []Combo{old, cur},
+		PluginOld: "/opt/old/vgpu-device-plugin --compat-profile=hami-v2.10",
+		Results: []Result{
+			{Combo: old, Method: "exec", KeepsEnv: true, Expected: true, Enforced: true, Match: true},
+			{Combo: cur, Method: "exec", KeepsEnv: true, Expected: true, Enforced: true, Match: true},
+		}}
+	md := Markdown(rep)
+	for _, want := range []string{
+		"old plugin: `/opt/old/vgpu-device-plugin --compat-profile=hami-v2.10`",
+		"| method | env kept | v2.10=`vgpu-device-plugin` binary / current / env | current / current / env |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -26,6 +26,9 @@ type Runner struct {
 	Expected   Expected
 	// CoreOld replaces the hami-v2.10 core column with this libvgpu.so (a real old release).
 	CoreOld string
+	// PluginOld replaces the in-process hami-v2.10 plugin profile with this plugin binary (a real old
+	// release), run against the fake kubelet and a fake API server (node.ExternalPlugin).
+	PluginOld *node.ExternalPlugin
 	// Methods limits the launch methods; empty: all of launch.Methods().
 	Methods []launch.Method
 	// Combos limits the combinations; empty: all 8.
@@ -54,15 +57,16 @@ type Result struct {
 
 // Report is the whole run.
 type Report struct {
-	Backend  string        `json:"backend"`
-	CoreOld  string        `json:"core_old,omitempty"`
-	Started  time.Time     `json:"started"`
-	Elapsed  time.Duration `json:"elapsed_ns"`
-	Methods  []string      `json:"methods"`
-	Combos   []Combo       `json:"combos"`
-	Results  []Result      `json:"results"`
-	Mismatch int           `json:"mismatches"`
-	Skipped  int           `json:"skipped"`
+	Backend   string        `json:"backend"`
+	CoreOld   string        `json:"core_old,omitempty"`
+	PluginOld string        `json:"plugin_old,omitempty"` // the old plugin binary and its arguments
+	Started   time.Time     `json:"started"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	Methods   []string      `json:"methods"`
+	Combos    []Combo       `json:"combos"`
+	Results   []Result      `json:"results"`
+	Mismatch  int           `json:"mismatches"`
+	Skipped   int           `json:"skipped"`
 }
 
 // OK reports whether every cell that ran matched the design.
@@ -88,6 +92,9 @@ func (r *Runner) Run(ctx context.Context) (Report, error) {
 		par = len(combos)
 	}
 	rep := Report{Backend: r.Backend.Name(), CoreOld: r.CoreOld, Started: time.Now(), Combos: combos}
+	if r.PluginOld != nil {
+		rep.PluginOld = r.PluginOld.String()
+	}
 	for _, m := range methods {
 		rep.Methods = append(rep.Methods, m.Name)
 	}
@@ -151,10 +158,14 @@ func (r *Runner) runCombo(ctx context.Context, idx int, c Combo, methods []launc
 	if core == "hami-v2.10" && r.CoreOld != "" {
 		core = r.CoreOld
 	}
-	n, err := node.Start(ctx, node.Config{
+	cfg := node.Config{
 		Dir: dir, Artifacts: r.Artifacts, GPUProfile: r.GPUProfile,
 		Plugin: allocate.Profile(c.Plugin), Delivery: v1.LimitDelivery(c.Delivery), Core: core, Logger: log,
-	})
+	}
+	if c.Plugin == "hami-v2.10" && r.PluginOld != nil {
+		cfg.External = r.PluginOld
+	}
+	n, err := node.Start(ctx, cfg)
 	if err != nil {
 		failAll(err)
 		return

@@ -24,7 +24,10 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	expected := fs.String("expected", "", "expectations (default: ROOT/testdata/matrix/expected.json)")
 	profile := fs.String("gpu-profile", "", "fakegpu profile (default: ROOT/fakegpu/profiles/a16-16q.profile)")
 	coreOld := fs.String("core-old", "", "libvgpu.so of a real old release, replacing the hami-v2.10 core column")
-	pluginOld := fs.String("plugin-old", "", "device plugin binary of a real old release (see docs/matrix.md)")
+	pluginOld := fs.String("plugin-old", "", "device plugin binary of a real old release, replacing the hami-v2.10 plugin column "+
+		"(run against a fake kubelet and a fake API server; see docs/matrix.md)")
+	pluginOldArgs := fs.String("plugin-old-args", "", "arguments of the --plugin-old binary, split at white space; "+
+		"placeholders such as {kubeconfig}, {socketdir}, {node}, {hookpath} are expanded (docs/matrix.md lists them)")
 	methods := fs.String("methods", "", "comma-separated launch methods (default: all)")
 	parallel := fs.Int("parallel", 0, "containers at once (default: all 8)")
 	if err := fs.Parse(args); err != nil {
@@ -33,8 +36,9 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	if *pluginOld != "" {
-		return &exitError{2, fmt.Errorf("--plugin-old: driving an external plugin binary is not implemented yet (docs/matrix.md)")}
+	old, err := externalPlugin(*pluginOld, *pluginOldArgs)
+	if err != nil {
+		return &exitError{2, err}
 	}
 	if *root == "" {
 		r, err := sandbox.RepoRoot()
@@ -71,9 +75,12 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stderr, "matrix: backend %s, %d combinations × %d launch methods (cron waits for the next minute)\n",
 		b.Name(), len(matrix.Combos()), len(ms))
+	if old != nil {
+		fmt.Fprintf(env.stderr, "matrix: hami-v2.10 plugin column: %s (its output is quoted in the cells when it fails to start)\n", old)
+	}
 	r := &matrix.Runner{
 		Backend: b, Artifacts: node.Artifacts{Lib: filepath.Join(*build, "lib"), Bin: filepath.Join(*build, "bin")},
-		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, Methods: ms, Parallel: *parallel,
+		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, PluginOld: old, Methods: ms, Parallel: *parallel,
 		Logger: env.logger, Progress: env.stderr,
 	}
 	rep, err := r.Run(ctx)
@@ -96,6 +103,32 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 		return &exitError{1, fmt.Errorf("%d of %d cells differ from %s", rep.Mismatch, len(rep.Results), *expected)}
 	}
 	return nil
+}
+
+// externalPlugin checks --plugin-old and --plugin-old-args; nil when no binary is given.
+func externalPlugin(path, args string) (*node.ExternalPlugin, error) {
+	if path == "" {
+		if args != "" {
+			return nil, fmt.Errorf("--plugin-old-args needs --plugin-old")
+		}
+		return nil, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("--plugin-old: %w", err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("--plugin-old: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return nil, fmt.Errorf("--plugin-old: %s is not an executable file", abs)
+	}
+	ext := &node.ExternalPlugin{Path: abs, Args: strings.Fields(args)}
+	if err := node.CheckArgs(ext.Args); err != nil {
+		return nil, fmt.Errorf("--plugin-old-args: %w", err)
+	}
+	return ext, nil
 }
 
 func pickMethods(list string) ([]launch.Method, error) {

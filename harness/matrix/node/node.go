@@ -5,6 +5,10 @@
 // clientset). Allocate goes the whole way: pod annotations → kubelet Allocate → the plugin's
 // ContainerAllocateResponse → a sandbox.ContainerSpec ready for a backend.
 //
+// With Config.External the plugin is a separate binary instead (a real old release): the node starts
+// it as its DaemonSet would, against the same fake kubelet and an HTTP API server (harness/fakeapi)
+// reached through a kubeconfig; see ExternalPlugin.
+//
 // Scenarios (harness/script) and the compatibility matrix (harness/matrix) share it.
 package node
 
@@ -19,8 +23,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/limitbed/limitbed/harness/fakeapi"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/delivery"
@@ -73,6 +79,9 @@ type Config struct {
 	Core string
 	// MIG runs the node in MIG mode.
 	MIG bool
+	// External, when set, runs this plugin binary (against the fake kubelet and a fake API server,
+	// harness/fakeapi) instead of the in-process plugin; Plugin then only names the column.
+	External *ExternalPlugin
 	// FS, when set, is the limits file writer's filesystem (fault injection).
 	FS limitsfile.FS
 	// SplitCount is how many virtual devices each GPU is advertised as (default 10).
@@ -86,11 +95,14 @@ type Node struct {
 	HookPath string // HOOK_PATH: <Dir>/hook
 	StateDir string // host side of the fake driver's shared device state
 	gpus     []gpu.MockGPU
-	kube     *fake.Clientset
+	kube     kubernetes.Interface
+	api      *fakeapi.Server // the external plugin's API server; nil in process
 	kubelet  *fakekubelet.Kubelet
 	client   *fakekubelet.Plugin
 	cancel   context.CancelFunc
 	done     chan struct{}
+	exited   chan struct{} // the external plugin's process ended (exitErr says how)
+	exitErr  error
 
 	mu      sync.Mutex
 	devices []string // advertised device IDs, as ListAndWatch last sent them
@@ -113,15 +125,26 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{cfg: cfg, HookPath: filepath.Join(cfg.Dir, "hook"), StateDir: filepath.Join(cfg.Dir, "fakegpu"),
-		gpus: gpus, kube: fake.NewClientset(), used: map[string]bool{}, pods: map[string]*Pod{}}
+		gpus: gpus, used: map[string]bool{}, pods: map[string]*Pod{}}
+	if cfg.External != nil {
+		if err := n.startAPI(); err != nil {
+			n.Close()
+			return nil, err
+		}
+	} else {
+		n.kube = fake.NewClientset()
+	}
 	if err := n.installHook(); err != nil {
+		n.Close()
 		return nil, err
 	}
 	// Every user in the container (root and tenant) shares the fake device state, as on a GPU.
 	if err := os.MkdirAll(n.StateDir, 0o1777); err != nil {
+		n.Close()
 		return nil, fmt.Errorf("node: fake GPU state dir: %w", err)
 	}
 	if err := os.Chmod(n.StateDir, 0o1777); err != nil {
+		n.Close()
 		return nil, fmt.Errorf("node: fake GPU state dir: %w", err)
 	}
 	if err := n.startPlugin(ctx); err != nil {
@@ -174,6 +197,18 @@ func (n *Node) startPlugin(ctx context.Context) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.kubelet = k
+	if n.cfg.External != nil {
+		if err := n.startExternal(ctx, k, dpDir); err != nil {
+			return err
+		}
+	} else if err := n.startInProcess(ctx, k, dpDir); err != nil {
+		return err
+	}
+	return n.connect(ctx, k)
+}
+
+// startInProcess runs deviceplugin.Run in this process with the fake clientset.
+func (n *Node) startInProcess(ctx context.Context, k *fakekubelet.Kubelet, dpDir string) error {
 	mode := v1.OperatingModeHAMiCore
 	if n.cfg.MIG {
 		mode = v1.OperatingModeMIG
@@ -199,7 +234,7 @@ func (n *Node) startPlugin(ctx context.Context) error {
 	opts := deviceplugin.Options{
 		ResourceName:  ResourceName,
 		PluginDir:     dpDir,
-		SocketName:    "limitbed-gpu.sock",
+		SocketName:    pluginSocket,
 		KubeletSocket: k.Socket,
 		SplitCount:    n.cfg.SplitCount,
 		Devices:       &gpu.Discoverer{Lib: gpu.NewMockLibrary(n.gpus...)},
@@ -216,29 +251,58 @@ func (n *Node) startPlugin(ctx context.Context) error {
 			n.cfg.Logger.Error("device plugin stopped", "err", err)
 		}
 	}()
+	return nil
+}
+
+// connect waits for the plugin's registration, dials the endpoint it registered and reads its first
+// device list, as the kubelet does. An external plugin that exits meanwhile fails it at once.
+func (n *Node) connect(ctx context.Context, k *fakekubelet.Kubelet) error {
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
+	if n.exited != nil {
+		go func() {
+			select {
+			case <-n.exited:
+				wcancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	failed := func(what string, err error) error {
+		if n.exited != nil {
+			select {
+			case <-n.exited:
+				return fmt.Errorf("node: %s: plugin %s exited: %v%s", what, n.cfg.External.Path, n.exitErr, n.pluginLogTail())
+			default:
+			}
+		}
+		return fmt.Errorf("node: %s: %w%s", what, err, n.pluginLogTail())
+	}
 	reg, err := k.WaitForRegistration(wctx)
 	if err != nil {
-		return fmt.Errorf("node: plugin did not register: %w", err)
+		return failed("plugin did not register", err)
+	}
+	if reg.ResourceName != ResourceName {
+		return failed("registration", fmt.Errorf("resource %q, want %q", reg.ResourceName, ResourceName))
 	}
 	cl, err := k.Dial(reg.Endpoint)
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.client = cl
-	lists, err := cl.Watch(runCtx)
+	// The watch lives as long as the plugin: it ends when Close closes the connection.
+	lists, err := cl.Watch(context.WithoutCancel(ctx))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	select {
 	case devs, ok := <-lists:
 		if !ok {
-			return errors.New("node: ListAndWatch ended before the first device list")
+			return failed("ListAndWatch ended before the first device list", errors.New("stream closed"))
 		}
 		n.setDevices(devs)
 	case <-wctx.Done():
-		return fmt.Errorf("node: no device list from the plugin: %w", wctx.Err())
+		return failed("no device list from the plugin", wctx.Err())
 	}
 	go func() {
 		for devs := range lists {
@@ -261,10 +325,14 @@ func (n *Node) Close() {
 	if n.kubelet != nil {
 		n.kubelet.Stop()
 	}
+	if n.api != nil {
+		n.api.Close()
+	}
 }
 
-// Kube is the node's API server (the fake clientset), for inspecting pod annotations.
-func (n *Node) Kube() *fake.Clientset { return n.kube }
+// Kube is a client of the node's API server (the fake clientset in process; a clientset of the fake
+// API server with an external plugin), for inspecting pod annotations.
+func (n *Node) Kube() kubernetes.Interface { return n.kube }
 
 // GPUs are the node's GPUs, as the profile describes them.
 func (n *Node) GPUs() []gpu.MockGPU { return n.gpus }

@@ -10,6 +10,7 @@
 #      LIMITBED_E2E_ARTIFACTS  where logs go on failure (default build/e2e-logs)
 #      LIMITBED_E2E_KEEP=1     keep the cluster (kubeconfig path is logged)
 #      E2E_RUN                 go test -run filter (default: all)
+#      LIMITBED_E2E_CLUSTER    kind cluster name (default limitbed-e2e; a leftover one is deleted first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -101,6 +102,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		"relative hook path":    values("global.gpuHookPath", "usr/local"),
 		"unknown plugin value":  values("devicePlugin.limitdelivery", "env"),
 		"bad fake profile name": values("fakeDriver.profile", "../etc/passwd"),
+		"bad node profile name": values("fakeDriver.nodeProfiles", []any{map[string]any{"name": "w3", "profile": "a/b"}}),
+		"bad node profile node": values("fakeDriver.nodeProfiles", []any{map[string]any{"name": "w3;x", "profile": "a100-mig"}}),
 	}
 	for name, vals := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -170,6 +173,50 @@ func TestChartFakeDriver(t *testing.T) {
 	}
 	if got := r.container(t, "install").Command; got[len(got)-1] != "/usr/local/vgpu/fakegpu" {
 		t.Errorf("install command %v does not install fakegpu", got)
+	}
+}
+
+// fakeDriver.nodeProfiles: the install init container copies each node's profile to
+// node.profile, and the plugin reads that. The rendered script runs here (install.sh stubbed).
+func TestChartFakeDriverNodeProfiles(t *testing.T) {
+	t.Parallel()
+	r := render(t, values("fakeDriver.enabled", true, "fakeDriver.profile", "a16-16q",
+		"fakeDriver.nodeProfiles", []any{map[string]any{"name": "kind-worker3", "profile": "a100-mig"}}))
+	dp := r.container(t, "device-plugin")
+	const nodeProfile = "/usr/local/vgpu/fakegpu/node.profile"
+	if got, _ := arg(dp, "fake-driver-profile"); got != nodeProfile {
+		t.Errorf("--fake-driver-profile = %q, want %q", got, nodeProfile)
+	}
+	if v, _ := env(dp, "FAKEGPU_PROFILE"); v != nodeProfile {
+		t.Errorf("FAKEGPU_PROFILE = %q, want %q", v, nodeProfile)
+	}
+	install := r.container(t, "install")
+	if _, ok := env(install, "NODE_NAME"); !ok || len(install.Command) != 6 || install.Command[1] != "-c" ||
+		install.Command[5] != "/usr/local/vgpu/fakegpu" {
+		t.Fatalf("install container = %v %v", install.Command, install.Env)
+	}
+	script := strings.Replace(install.Command[2], `/bin/sh /k8s-vgpu/bin/install.sh "$1" "$2"`, "true", 1)
+	if script == install.Command[2] {
+		t.Fatalf("script does not run install.sh:\n%s", script)
+	}
+	fake := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fake, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a16-16q", "a100-mig"} {
+		if err := os.WriteFile(filepath.Join(fake, "profiles", p+".profile"), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, want := range map[string]string{"kind-worker3": "a100-mig", "kind-worker": "a16-16q"} {
+		cmd := exec.Command("/bin/sh", "-c", script, "install", "/nonexistent", fake)
+		cmd.Env = append(os.Environ(), "NODE_NAME="+node)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", node, err, out)
+		}
+		if got, err := os.ReadFile(filepath.Join(fake, "node.profile")); err != nil || string(got) != want {
+			t.Errorf("%s: node.profile = %q (%v), want %s", node, got, err, want)
+		}
 	}
 }
 

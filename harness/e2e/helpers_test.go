@@ -31,7 +31,10 @@ const (
 )
 
 // profileUUID reads the first device's uuid from a fakegpu profile.
-func profileUUID(path string) (string, error) {
+func profileUUID(path string) (string, error) { return profileValue(path, "uuid") }
+
+// profileValue reads the first value of key from a fakegpu profile.
+func profileValue(path, key string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("read fakegpu profile: %w", err)
@@ -40,12 +43,12 @@ func profileUUID(path string) (string, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), "=")
-		if ok && strings.TrimSpace(k) == "uuid" {
+		if ok && strings.TrimSpace(k) == key {
 			v, _, _ = strings.Cut(v, "#")
 			return strings.TrimSpace(v), nil
 		}
 	}
-	return "", fmt.Errorf("%s: no uuid line", path)
+	return "", fmt.Errorf("%s: no %s line", path, key)
 }
 
 // waitGPUs waits until node advertises nvidia.com/gpu (the plugin registered with the kubelet).
@@ -79,6 +82,12 @@ func podName(t *testing.T) string {
 // when the test ends.
 func gpuPod(t *testing.T, e *testEnv, worker int, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
 	t.Helper()
+	return gpuPodOn(t, e, worker, e.gpuUUID, memMiB, ann)
+}
+
+// gpuPodOn is gpuPod with the device the "scheduler" assigns: a GPU's UUID, or a MIG instance's.
+func gpuPodOn(t *testing.T, e *testEnv, worker int, uuid string, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
+	t.Helper()
 	ctx := t.Context()
 	name := podName(t)
 	node := e.c.Worker(worker)
@@ -110,7 +119,7 @@ func gpuPod(t *testing.T, e *testEnv, worker int, memMiB int32, ann map[string]s
 			t.Logf("cleanup: %v", err)
 		}
 	})
-	devs := annotations.PodDevices{{{UUID: e.gpuUUID, Type: "NVIDIA", UsedMem: memMiB, UsedCores: 0}}}
+	devs := annotations.PodDevices{{{UUID: uuid, Type: "NVIDIA", UsedMem: memMiB, UsedCores: 0}}}
 	if err := kindcluster.Bind(ctx, e.c.Kube, created, node, devs); err != nil {
 		t.Fatal(err)
 	}

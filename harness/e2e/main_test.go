@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -18,6 +19,10 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
+// clusterName is the kind cluster's name: LIMITBED_E2E_CLUSTER, default limitbed-e2e. A leftover
+// cluster of that name is deleted first, so concurrent runs on one machine need distinct names.
+var clusterName = cmp.Or(os.Getenv("LIMITBED_E2E_CLUSTER"), "limitbed-e2e")
+
 // env is the cluster every test uses; nil when LIMITBED_E2E is unset (the tests then skip).
 var env *testEnv
 
@@ -30,11 +35,12 @@ type testEnv struct {
 }
 
 const (
-	clusterName  = "limitbed-e2e"
 	pluginImage  = "limitbed/device-plugin:dev"
 	fakeProfile  = "a16-16q"
-	fileWorker   = 0 // worker index: global file mode
-	envWorker    = 1 // worker index: node override limitdelivery=env
+	migProfile   = "a100-mig" // the MIG worker's fake GPU: an A100 with three MIG instances
+	fileWorker   = 0          // worker index: global file mode
+	envWorker    = 1          // worker index: node override limitdelivery=env
+	migWorker    = 2          // worker index: fake profile a100-mig, node override operatingmode=mig
 	gpuNodeLabel = "limitbed.io/gpu"
 )
 
@@ -122,7 +128,7 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 		return nil, noop, err
 	}
 	var workers []kindcluster.Worker
-	for i, mode := range []string{"file", "env-node-override"} {
+	for i, mode := range []string{"file", "env-node-override", "mig"} {
 		dir := filepath.Join(stateRoot, fmt.Sprintf("worker%d", i))
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			wg.Wait()
@@ -188,9 +194,11 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 }
 
 // chartValues are the test bed's values: the fake driver, global delivery mode, the env override
-// on the second worker, the pod annotation gate, and a fast monitor.
+// on the second worker, the third worker's MIG GPU and mode, the pod annotation gate, and a fast
+// monitor.
 func chartValues(global string, envOverride bool) map[string]any {
-	nodeConfig := []any{}
+	migNode := clusterName + "-worker3"
+	nodeConfig := []any{map[string]any{"name": migNode, "operatingmode": "mig"}}
 	if envOverride {
 		nodeConfig = append(nodeConfig, map[string]any{"name": clusterName + "-worker2", "limitdelivery": "env"})
 	}
@@ -202,7 +210,8 @@ func chartValues(global string, envOverride bool) map[string]any {
 		},
 		"monitor":    map[string]any{"gracePeriod": "5s", "sweepInterval": "2s"},
 		"nodeConfig": nodeConfig,
-		"fakeDriver": map[string]any{"enabled": true, "profile": fakeProfile},
+		"fakeDriver": map[string]any{"enabled": true, "profile": fakeProfile,
+			"nodeProfiles": []any{map[string]any{"name": migNode, "profile": migProfile}}},
 	}
 }
 

@@ -105,8 +105,19 @@ func TestKindRollbackToEnvMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := e.c.HelmUpgrade(context.WithoutCancel(ctx), e.release, chartValues("file", true), 3*time.Minute); err != nil {
-			t.Logf("restore file mode: %v", err)
+		// Restore file mode and wait until every worker's plugin has registered again: until then
+		// the kubelet still lists the old plugin's devices as unhealthy, and the next test's pod
+		// would be rejected at admission.
+		restored := time.Now()
+		bg := context.WithoutCancel(ctx)
+		if err := e.c.HelmUpgrade(bg, e.release, chartValues("file", true), 3*time.Minute); err != nil {
+			t.Errorf("restore file mode: %v", err)
+			return
+		}
+		for _, w := range []int{fileWorker, envWorker, migWorker} {
+			if err := waitPluginRegistered(bg, e, e.c.Worker(w), restored); err != nil {
+				t.Errorf("after restoring file mode: %v", err)
+			}
 		}
 	})
 	node := e.c.Worker(fileWorker)

@@ -51,6 +51,25 @@ func profileValue(path, key string) (string, error) {
 	return "", fmt.Errorf("%s: no %s line", path, key)
 }
 
+// profileValues reads every value of key from a fakegpu profile, in order.
+func profileValues(path, key string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read fakegpu profile: %w", err)
+	}
+	var vals []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == key {
+			v, _, _ = strings.Cut(v, "#")
+			vals = append(vals, strings.TrimSpace(v))
+		}
+	}
+	if len(vals) == 0 {
+		return nil, fmt.Errorf("%s: no %s line", path, key)
+	}
+	return vals, nil
+}
+
 // waitGPUs waits until node advertises nvidia.com/gpu (the plugin registered with the kubelet).
 func waitGPUs(ctx context.Context, c *kindcluster.Cluster, node string, timeout time.Duration) error {
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,8 +59,15 @@ func TestKindMIGNode(t *testing.T) {
 			t.Errorf("MIG pod has HAMi variable %s=%s", k, vars[k])
 		}
 	}
-	if got := vars["NVIDIA_VISIBLE_DEVICES"]; got != migUUID {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want the MIG instance %s", got, migUUID)
+	// MIG device IDs are static kubelet resources: the kubelet picks the instance and the plugin
+	// hands over what it picked (the scheduler's annotation is not consulted for them), so any of
+	// the node's instances is right — but exactly one, and one of this profile's.
+	instances, err := profileValues(profile, "mig_uuid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vars["NVIDIA_VISIBLE_DEVICES"]; !slices.Contains(instances, got) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want one MIG instance of %v", got, instances)
 	}
 
 	for _, path := range []string{"/overrideEnv", "/usr/local/vgpu/libvgpu.so"} {

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "limits.h"
+#include "limitsfile.h"
 
 static struct lb_file_vars fv;
 static struct lb_config cfg;

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "limits.h"
+#include "limitsfile.h"
 #include "unit.h"
 
 static struct lb_file_vars fv;

@@ -1,5 +1,12 @@
 /*
- * The limits loader: a PURE function of (file bytes, environment lookup) → configuration plus
+ * The limits FILE (/overrideEnv) and its resolution against the environment — not the compute
+ * limiter (limiter.h). Split by concern:
+ *   limitsfile_vars.c       the variables, their names, the memory grammar, diagnostics
+ *   limitsfile_reader.c     the streaming line reader
+ *   limitsfile_resolve.c    file + environment -> configuration
+ *   limitsfile_canonical.c  the forms the shared test vectors compare
+ *
+ * The loader is a PURE function of (file bytes, environment lookup) → configuration plus
  * diagnostics. No I/O, no allocation, no global state: the library, the unit tests and the fuzz
  * target all drive the same code, and config.c does the (only) file I/O around it.
  *
@@ -7,8 +14,8 @@
  * (e.g. one with a 1 MiB line) is handled in fixed memory: an over-long line is counted, skipped
  * and never stored.
  */
-#ifndef LB_LIMITS_H
-#define LB_LIMITS_H
+#ifndef LB_LIMITSFILE_H
+#define LB_LIMITSFILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -111,6 +118,8 @@ struct lb_config {
 typedef const char *(*lb_getenv_fn)(const char *name, void *ctx);
 
 const char *lb_var_name(int var, char *buf, size_t size);
+/* Key -> variable id; -1 for a key libvgpu does not read (incl. indexes >= 16). */
+int lb_var_lookup(const char *k, size_t n);
 int lb_var_is_memory(int var);
 
 void lb_diag_add(struct lb_diags *dg, int level, uint32_t line, int skipped_line, const char *fmt, ...)

@@ -47,7 +47,6 @@ enum lb_var {
     LB_VAR_PRIORITY,                               /* CUDA_TASK_PRIORITY */
     LB_VAR_LOG_LEVEL,                              /* LIBCUDA_LOG_LEVEL */
     LB_VAR_HOSTPID_BROKER,                         /* LIBVGPU_HOSTPID_BROKER */
-    LB_VAR_DISABLE_CONTROL,                        /* CUDA_DISABLE_CONTROL */
     LB_VAR_FORMAT,                                 /* HAMI_LIMITS_FORMAT */
     LB_VAR_COUNT
 };
@@ -109,7 +108,6 @@ struct lb_config {
     uint8_t oversubscribe;
     uint8_t policy;   /* LB_POLICY_* */
     uint8_t hostpid_broker;
-    uint8_t disable_control;
     int8_t log_level;
     int32_t priority;
     uint32_t format;  /* HAMI_LIMITS_FORMAT, 0 = not given */
@@ -130,7 +128,9 @@ void lb_reader_init(struct lb_reader *r, struct lb_file_vars *fv, struct lb_diag
 void lb_reader_feed(struct lb_reader *r, const char *p, size_t n);
 void lb_reader_finish(struct lb_reader *r);
 
-/* fv == NULL: no file. Values from fv replace the environment's, variable by variable. */
+/* fv == NULL: no file (env mode): everything from the environment, as upstream. fv != NULL (file
+ * mode): the file alone governs every variable but LIBCUDA_LOG_LEVEL, which the environment may
+ * set; a key the file lacks takes the library's default, never the environment's value. */
 void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int legacy, struct lb_config *cfg,
                 struct lb_diags *dg);
 
@@ -146,5 +146,7 @@ uint64_t lb_parse_memory_legacy(const char *s);
 /* The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
  * parsed.env form of testdata/limits). Returns the length (truncated to size-1). */
 size_t lb_file_vars_canonical(const struct lb_file_vars *fv, char *buf, size_t size);
+/* The resolved configuration in the resolved.env form of testdata/limits. */
+size_t lb_config_canonical(const struct lb_config *cfg, char *buf, size_t size);
 
 #endif

@@ -51,3 +51,35 @@ size_t lb_file_vars_canonical(const struct lb_file_vars *fv, char *buf, size_t s
     }
     return o;
 }
+
+/* The resolved configuration as key=value lines in a fixed order (resolved.env of testdata/limits): every
+ * field enforcement depends on, devices without a memory limit and without a compute limit left
+ * out, one sm_limit_all line when every device has the same compute limit. Memory in bytes, "refuse" for a device that refuses every allocation. */
+size_t lb_config_canonical(const struct lb_config *cfg, char *buf, size_t size)
+{
+    static const char *const policy[] = {"default", "force", "disable"};
+    size_t o = 0;
+    if (size)
+        buf[0] = '\0';
+    o += lb_fmt(buf + o, size - o, "cache_path=%s\n", cfg->cache_path);
+    o += lb_fmt(buf + o, size - o, "hostpid_broker=%u\n", cfg->hostpid_broker);
+    o += lb_fmt(buf + o, size - o, "log_level=%d\n", cfg->log_level);
+    for (int i = 0; i < LB_MAX_DEVICES; i++) {
+        if (cfg->mem_limit[i] == 0)
+            o += lb_fmt(buf + o, size - o, "mem_limit_%d=refuse\n", i);
+        else if (cfg->mem_limit[i] != LB_MEM_UNLIMITED)
+            o += lb_fmt(buf + o, size - o, "mem_limit_%d=%llu\n", i, (unsigned long long)cfg->mem_limit[i]);
+    }
+    o += lb_fmt(buf + o, size - o, "oversubscribe=%u\n", cfg->oversubscribe);
+    o += lb_fmt(buf + o, size - o, "policy=%s\n", cfg->policy < 3 ? policy[cfg->policy] : "?");
+    o += lb_fmt(buf + o, size - o, "priority=%d\n", cfg->priority);
+    int same = 1;
+    for (int i = 1; i < LB_MAX_DEVICES; i++)
+        same &= cfg->sm_limit[i] == cfg->sm_limit[0];
+    if (same && cfg->sm_limit[0] != 100)
+        o += lb_fmt(buf + o, size - o, "sm_limit_all=%u\n", cfg->sm_limit[0]);
+    for (int i = 0; i < LB_MAX_DEVICES && !same; i++)
+        if (cfg->sm_limit[i] != 100)
+            o += lb_fmt(buf + o, size - o, "sm_limit_%d=%u\n", i, cfg->sm_limit[i]);
+    return o;
+}

@@ -12,12 +12,33 @@ struct src_val {
     char buf[LB_LINE_MAX];
 };
 
-static int get_val(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int var, struct src_val *out)
+static int from_env(lb_getenv_fn env, void *ctx, int var, struct src_val *out)
 {
     char nb[64];
+    const char *e = env ? env(lb_var_name(var, nb, sizeof nb), ctx) : NULL;
+    if (!e)
+        return 0;
+    size_t n = strnlen(e, LB_LINE_MAX - 1);
+    memcpy(out->buf, e, n);
+    out->buf[n] = '\0';
+    out->s = out->buf;
+    out->src = LB_SRC_ENV;
+    return 1;
+}
+
+/* Where a variable's value comes from. With a file (file mode) the file alone governs every
+ * variable but the log level: the environment is what a process controls, so it must not loosen,
+ * fill in or switch off anything the file governs, and a key the file lacks takes the library's
+ * default. The log level changes only what the process itself is told, so its own environment may
+ * still set it and wins (a user raises it to debug a login session). Without a file (env mode)
+ * everything comes from the environment, as upstream. */
+static int get_val(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int var, struct src_val *out)
+{
     out->s = NULL;
     out->src = LB_SRC_NONE;
     out->line = 0;
+    if (var == LB_VAR_LOG_LEVEL && from_env(env, ctx, var, out))
+        return 1;
     if (fv && fv->var[var].set) {
         const struct lb_val *v = &fv->var[var];
         memcpy(out->buf, fv->pool + v->off, v->len);
@@ -27,16 +48,26 @@ static int get_val(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, i
         out->line = v->line;
         return 1;
     }
-    const char *e = env ? env(lb_var_name(var, nb, sizeof nb), ctx) : NULL;
-    if (e) {
-        size_t n = strnlen(e, LB_LINE_MAX - 1);
-        memcpy(out->buf, e, n);
-        out->buf[n] = '\0';
-        out->s = out->buf;
-        out->src = LB_SRC_ENV;
-        return 1;
+    if (fv)
+        return 0;
+    return from_env(env, ctx, var, out);
+}
+
+/* File mode: say which environment values were ignored (INFO: the process asked for something the
+ * file governs; nothing is wrong with the container). */
+static void report_ignored_env(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, struct lb_diags *dg,
+                               struct src_val *v)
+{
+    char nb[64];
+    for (int var = 0; var < LB_VAR_COUNT; var++) {
+        if (var == LB_VAR_LOG_LEVEL || var == LB_VAR_FORMAT || !from_env(env, ctx, var, v))
+            continue;
+        const struct lb_val *f = &fv->var[var];
+        if (f->set && f->len == strlen(v->s) && memcmp(fv->pool + f->off, v->s, f->len) == 0)
+            continue;
+        lb_diag_add(dg, LB_LOG_INFO, 0, 0, "%s=%s from the environment is ignored: /overrideEnv governs it%s",
+                    lb_var_name(var, nb, sizeof nb), v->s, f->set ? "" : " (absent there: the library's default)");
     }
-    return 0;
 }
 
 static const char *src_name(const struct src_val *v, const char *origin, char *buf, size_t size)
@@ -65,9 +96,6 @@ static int mem_var(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, i
     if (get_val(fv, env, ctx, var, v)) {
         if (lb_parse_memory(v->s, strlen(v->s), bytes) == 0) {
             *src = v->src;
-            if (file_rejected)
-                lb_diag_add(dg, LB_LOG_WARN, 0, 0,
-                            "%s: the limits file's value was rejected; using the value from the environment", name);
             return 1;
         }
         /* Only the environment can get here: file lines with bad values were skipped. */
@@ -228,9 +256,13 @@ void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int 
                         src_name(&v, origin, sb, sizeof sb));
     }
 
-    if (get_val(fv, env, ctx, LB_VAR_DISABLE_CONTROL, &v) && parse_bool(v.s, &cfg->disable_control) != 0)
-        lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "CUDA_DISABLE_CONTROL=%s from %s is not true/false; using false", v.s,
-                    src_name(&v, origin, sb, sizeof sb));
+    /* Read by the device plugin from the pod spec (it then leaves out the preload), never here. */
+    if (env && env("CUDA_DISABLE_CONTROL", ctx))
+        lb_diag_add(dg, LB_LOG_INFO, 0, 0,
+                    "CUDA_DISABLE_CONTROL is not read by libvgpu (the device plugin reads it from the pod spec); "
+                    "limits stay enforced");
+    if (fv)
+        report_ignored_env(fv, env, ctx, dg, &v);
 
     if (get_val(fv, env, ctx, LB_VAR_FORMAT, &v)) {
         uint32_t f;

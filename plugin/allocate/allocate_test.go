@@ -117,6 +117,8 @@ func TestAllocateFileMode(t *testing.T) {
 	want := maps.Clone(wantEnv)
 	delete(want, "NVIDIA_VISIBLE_DEVICES")
 	want["HAMI_LIMITS_FORMAT"] = "1"
+	maps.Copy(want, map[string]string{"CUDA_OVERSUBSCRIBE": "false", "GPU_CORE_UTILIZATION_POLICY": "default",
+		"CUDA_TASK_PRIORITY": "1", "LIBVGPU_HOSTPID_BROKER": "0"})
 	if vars := readLimits(t, hook, "uid1_main"); !maps.Equal(vars, want) {
 		t.Fatalf("file vars = %v, want %v", vars, want)
 	}
@@ -271,6 +273,28 @@ func TestAllocateVariants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The file spells out every key the library would otherwise default, so a
+// key cannot be left to a process's environment. Its bytes are the shared
+// vector the C reader resolves under testdata/limits/hostile.env.
+func TestAllocateFileIsCompleteVector(t *testing.T) {
+	a, hook := newAllocator(t, nil)
+	if _, err := a.Allocate(mkReq("u1", "c", nil, devA)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(ContainersDir(hook), "u1_c.limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vector = "../../testdata/limits/valid/complete-single-device/limits"
+	want, err := os.ReadFile(vector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("limits file differs from %s\n--- got\n%s--- want\n%s", vector, got, want)
 	}
 }
 

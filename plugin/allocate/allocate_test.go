@@ -171,7 +171,7 @@ func TestAllocateVariants(t *testing.T) {
 		{
 			name: "MIG device IDs",
 			req: Request{Pod: mkReq("u5", "c", nil).Pod, Container: &corev1.Container{Name: "c"},
-				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile},
+				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
 			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1234"},
 			noEnv:      []string{"CUDA_DEVICE_SM_LIMIT"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload"},
@@ -509,5 +509,30 @@ func TestParseProfile(t *testing.T) {
 	}
 	if p, err := ParseProfile("hami-v2.10"); err != nil || p != ProfileHAMiV210 {
 		t.Fatal(p, err)
+	}
+}
+
+// libvgpu.so reads CUDA_DEVICE_MEMORY_LIMIT_0..15 only: a 17th device would
+// run unlimited, so the allocation fails instead; 16 still work.
+func TestAllocateTooManyDevices(t *testing.T) {
+	for _, n := range []int{16, 17} {
+		a, hook := newAllocator(t, nil)
+		devs := make([]annotations.ContainerDevice, n)
+		for i := range devs {
+			devs[i] = annotations.ContainerDevice{UUID: fmt.Sprintf("GPU-%d", i), Type: "NVIDIA", UsedMem: 1000, UsedCores: 10}
+		}
+		_, err := a.Allocate(mkReq("u1", "c", nil, devs...))
+		if n <= MaxDevices {
+			if err != nil {
+				t.Fatalf("%d devices: %v", n, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "at most 16") {
+			t.Fatalf("%d devices: err = %v, want a refusal naming the limit of 16", n, err)
+		}
+		if _, err := os.Stat(filepath.Join(ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%d devices: a limits file was written (%v)", n, err)
+		}
 	}
 }

@@ -49,7 +49,8 @@ type FakeDriver struct {
 type Options struct {
 	// HookPath is the host install root; files live under <HookPath>/vgpu.
 	HookPath string
-	// LockDir is the host directory mounted at /tmp/vgpulock; "" skips it.
+	// LockDir is the host directory mounted at /tmp/vgpulock under the
+	// hami-v2.10 profile (the current library does not use it); "" skips it.
 	LockDir          string
 	Profile          Profile
 	OperatingMode    v1.OperatingMode

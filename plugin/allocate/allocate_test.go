@@ -100,7 +100,6 @@ func TestAllocateFileMode(t *testing.T) {
 		"/usr/local/vgpu/libvgpu.so": {HostPath: filepath.Join(hook, "vgpu/libvgpu.so"), ReadOnly: true},
 		"/etc/ld.so.preload":         {HostPath: filepath.Join(hook, "vgpu/ld.so.preload"), ReadOnly: true},
 		"/usr/local/vgpu":            {HostPath: filepath.Join(dir, "uid1_main")},
-		"/tmp/vgpulock":              {HostPath: filepath.Join(hook, "vgpulock")},
 		"/overrideEnv":               {HostPath: filepath.Join(dir, "uid1_main.limits"), ReadOnly: true},
 	}
 	got := mountsByPath(resp)
@@ -215,7 +214,7 @@ func TestAllocateVariants(t *testing.T) {
 			req:        mkReq("u10", "c", nil, devA),
 			wantEnv:    map[string]string{"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/2f6c0000-0000-4000-8000-0000000000e1.cache"},
 			noEnv:      []string{"LIBVGPU_HOSTPID_BROKER"},
-			mounts:     []string{"/etc/ld.so.preload", "/usr/local/vgpu"},
+			mounts:     []string{"/etc/ld.so.preload", "/usr/local/vgpu", "/tmp/vgpulock"},
 			noMounts:   []string{"/overrideEnv"},
 			wantNoFile: true,
 		},

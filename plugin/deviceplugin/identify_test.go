@@ -61,7 +61,8 @@ func TestAllocateNoPodMatches(t *testing.T) {
 
 // Two pods waiting on replicas of the same GPU are indistinguishable by
 // devices; the node's hami.io/mutex.lock (the scheduler's bind lock) names
-// the one being bound, and it goes first even though it is newer.
+// the one being bound, and it goes first even though it is newer; once it
+// succeeds the plugin releases the lock.
 func TestAllocateNodeLockOrder(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node,
 		Annotations: map[string]string{annotations.NodeLock: "2026-12-01T08:00:00Z,default,new"}}}
@@ -73,6 +74,14 @@ func TestAllocateNodeLockOrder(t *testing.T) {
 		t.Fatalf("locked pod new: %v", v)
 	}
 	e.noLimits("uid-old_main")
+	// Pod new is done: its lock is released for the scheduler's next bind.
+	got, err := e.kube.CoreV1().Nodes().Get(e.ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := got.Annotations[annotations.NodeLock]; ok {
+		t.Fatalf("node lock %q still held after pod new succeeded", l)
+	}
 }
 
 // An ID the plugin does not advertise (it cannot say whether it is a MIG

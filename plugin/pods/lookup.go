@@ -144,12 +144,37 @@ func (c *Client) MarkSuccessIfDone(ctx context.Context, pod *corev1.Pod) error {
 	if left.Pending() {
 		return nil
 	}
-	return c.patch(ctx, cur, map[string]any{annotations.BindPhase: string(annotations.PhaseSuccess)})
+	if err := c.patch(ctx, cur, map[string]any{annotations.BindPhase: string(annotations.PhaseSuccess)}); err != nil {
+		return err
+	}
+	return c.releaseNodeLock(ctx, cur)
 }
 
-// MarkFailed sets bind-phase=failed so the scheduler can react.
+// MarkFailed sets bind-phase=failed so the scheduler can react, and
+// releases the node lock held for the pod.
 func (c *Client) MarkFailed(ctx context.Context, pod *corev1.Pod) error {
-	return c.patch(ctx, pod, map[string]any{annotations.BindPhase: string(annotations.PhaseFailed)})
+	if err := c.patch(ctx, pod, map[string]any{annotations.BindPhase: string(annotations.PhaseFailed)}); err != nil {
+		return err
+	}
+	return c.releaseNodeLock(ctx, pod)
+}
+
+// releaseNodeLock removes the node's hami.io/mutex.lock once the pod it
+// names is done (success or failed), as HAMi's plugin does, so the
+// scheduler can bind the next pod. A lock naming another pod, or none, is
+// left alone; a node that cannot be read (no permission) is not an error.
+func (c *Client) releaseNodeLock(ctx context.Context, pod *corev1.Pod) error {
+	if c.lockedPod(ctx) != pod.Namespace+"/"+pod.Name {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotations.NodeLock: nil}}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("release node lock %s on %s: %w", annotations.NodeLock, c.NodeName, err)
+	}
+	return nil
 }
 
 func (c *Client) patch(ctx context.Context, pod *corev1.Pod, ann map[string]any) error {

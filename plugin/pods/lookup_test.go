@@ -149,3 +149,41 @@ func TestPatchErrorIsWrapped(t *testing.T) {
 		t.Fatalf("err = %v, want wrapped %v", err, boom)
 	}
 }
+
+// The node lock is released once the pod it names is done, success or
+// failed; a lock naming another pod stays.
+func TestNodeLockRelease(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, lockedBy string
+		fail           bool
+		wantLock       bool
+	}{
+		{"success releases", "p", false, false},
+		{"failed releases", "p", true, false},
+		{"another pod's lock stays", "other", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mkPod("p", "n1", "allocating", "1")
+			p.Annotations[annotations.DevicesToAllocate] = ";"
+			kube := fake.NewClientset(p, lockedNode("default", tc.lockedBy))
+			c := &Client{Kube: kube, NodeName: "n1"}
+			var err error
+			if tc.fail {
+				err = c.MarkFailed(ctx, p)
+			} else {
+				err = c.MarkSuccessIfDone(ctx, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := kube.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := n.Annotations[annotations.NodeLock]; ok != tc.wantLock {
+				t.Fatalf("lock present = %v, want %v (%v)", ok, tc.wantLock, n.Annotations)
+			}
+		})
+	}
+}

@@ -39,7 +39,7 @@ type region struct {
 		Major int    `json:"major"`
 	} `json:"layout"`
 	Devices []regionDevice `json:"devices"`
-	Slots []struct {
+	Slots   []struct {
 		Pid   int      `json:"pid"`
 		Alive bool     `json:"alive"`
 		Used  []uint64 `json:"used"`

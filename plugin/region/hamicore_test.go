@@ -74,3 +74,34 @@ func TestHAMiCoreFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestHAMiCoreLayoutTiles: the offsets of shared_region_t follow from the
+// field sizes (x86-64 alignment), so a constant that is wrong on its own shows
+// here even where the fixtures hold zeros.
+func TestHAMiCoreLayoutTiles(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{
+		{"uuids after device_num", hamiOffUUIDs, hamiOffDeviceNum + 8},
+		{"limit after uuids", hamiOffLimit, hamiOffUUIDs + hamiDevices*hamiUUIDSize},
+		{"sm_limit after limit", hamiOffSMLimit, hamiOffLimit + 8*hamiDevices},
+		{"procs after sm_limit", hamiOffSlots, hamiOffSMLimit + 8*hamiDevices},
+		{"proc_num after procs", hamiOffProcNum, hamiOffSlots + hamiMaxSlots*hamiSlotSize},
+		{"utilization_switch", hamiOffUtilSwitch, hamiOffProcNum + 4},
+		{"recent_kernel", hamiOffRecentKern, hamiOffUtilSwitch + 4},
+		{"priority", hamiOffPriority, hamiOffRecentKern + 4},
+		{"last_kernel_time", hamiOffLastKernel, hamiOffPriority + 4},
+		{"sem_postinit", hamiOffSemPostinit, hamiOffLastKernel + 8},
+		{"struct size", hamiStructSize, hamiOffSemPostinit + 32},
+		{"slot monitorused after used", hamiSlotOffObserved, hamiSlotOffUsed + hamiDevices*hamiMemSize},
+		{"slot device_util after monitorused", hamiSlotOffUtil, hamiSlotOffObserved + 8*hamiDevices},
+		{"slot status after device_util", hamiSlotOffStatus, hamiSlotOffUtil + 48*hamiDevices},
+		{"slot seqlock (8-aligned) after status", hamiSlotOffSeqlock, (hamiSlotOffStatus + 4 + 7) &^ 7},
+		{"slot size", hamiSlotSize, hamiSlotOffSeqlock + 8 + 2*8},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: offset %d, the fields before it end at %d", c.name, c.got, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/region"
 )
 
 // UsageReader reads the usage of one container from its usage.cache.
@@ -26,8 +27,10 @@ type RegionFiles struct{}
 
 var _ UsageReader = RegionFiles{}
 
-// regionFileSizes are the file sizes of the region layouts DecodeRegion reads.
-var regionFileSizes = safefile.OneOf(regionFileSize)
+// regionFileSizes bound what is opened and read: from the smallest to the
+// largest file of the layouts DecodeRegion reads (limitbed v2 and upstream
+// HAMi-core's); the decoder then checks the exact size of its layout.
+var regionFileSizes = safefile.Size{Min: min(region.LimitbedFileSize, maxRegionFileSize), Max: maxRegionFileSize}
 
 // ReadUsage implements UsageReader. Errors name the file.
 func (RegionFiles) ReadUsage(path string) (Usage, error) {

@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/plugin/region"
 )
 
 // tenantDir builds a containers directory with `good` healthy pods
@@ -22,7 +24,7 @@ import (
 func tenantDir(t testing.TB, good int, bad map[string]func(path string) error) string {
 	t.Helper()
 	dir := t.TempDir()
-	region := regionSpec{limits: map[int]uint64{0: 3000 << 20}, usedTotal: map[int]uint64{0: 5 << 20}}.bytes()
+	region := region.LimitbedSpec{Limits: map[int]uint64{0: 3000 << 20}, UsedTotal: map[int]uint64{0: 5 << 20}}.Bytes()
 	for i := range good {
 		d := filepath.Join(dir, fmt.Sprintf("good%d_main", i))
 		if err := os.MkdirAll(d, 0o777); err != nil {
@@ -90,7 +92,7 @@ func scrape(t testing.TB, c *Collector) map[string]map[string]float64 {
 // pod with the reason, never read, and every other pod is still reported.
 func TestCollectorTenantFiles(t *testing.T) {
 	hostSecret := filepath.Join(t.TempDir(), "host-region")
-	if err := os.WriteFile(hostSecret, regionSpec{limits: map[int]uint64{0: 1 << 40}}.bytes(), 0o600); err != nil {
+	if err := os.WriteFile(hostSecret, region.LimitbedSpec{Limits: map[int]uint64{0: 1 << 40}}.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]func(string) error{

@@ -25,6 +25,8 @@ func TestKindTenantAttacks(t *testing.T) {
 	tenant := gpuPodNamed(t, e, fileWorker, e.gpuUUID, podName(t)+"-tenant", 3000, nil)
 	neighbour := gpuPodNamed(t, e, fileWorker, e.gpuUUID, podName(t)+"-neighbour", 2000, nil)
 	limits := nodeLimitsFile(t, e, node, tenant)
+	// The neighbour's region exists (and the monitor reports it) once a CUDA process has run there.
+	wantRefused(t, "neighbour exec before the attacks", probe(t, neighbour, "exec", 2500), 2000)
 
 	t.Run("overrideEnv", func(t *testing.T) {
 		for _, attack := range []string{

@@ -23,7 +23,9 @@ const TenantUser = "tenant"
 const containerPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // hostSharedDirs are bind-mounted from the host into every host-backend container; a spec mount
-// below them would have to create its mount point on the host, so it is refused.
+// below them would have to create its mount point on the host, so it is refused. A spec mount at
+// exactly one of them replaces the host's directory instead (a node's private /tmp, for a device
+// plugin whose /tmp/vgpulock must be the node's), and mounts below it are then allowed.
 var hostSharedDirs = []struct {
 	dir       string
 	recursive bool
@@ -145,6 +147,9 @@ func (c *hostContainer) setup(ctx context.Context) error {
 			"lowerdir=/,upperdir=" + c.state + "/upper,workdir=" + c.state + "/work", c.root},
 	}
 	for _, d := range hostSharedDirs {
+		if c.replaced(d.dir) {
+			continue
+		}
 		bind := "--bind"
 		if d.recursive {
 			bind = "--rbind"
@@ -232,7 +237,7 @@ func (c *hostContainer) containerPath(p string) (string, error) {
 	}
 	clean := path.Clean(p)
 	for _, d := range hostSharedDirs {
-		if clean == d.dir || strings.HasPrefix(clean, d.dir+"/") {
+		if (clean == d.dir || strings.HasPrefix(clean, d.dir+"/")) && !c.replaced(d.dir) {
 			return "", fmt.Errorf("%w: host backend: mount at %s would create its mount point in the host's %s", ErrUnsupported, clean, d.dir)
 		}
 	}
@@ -240,6 +245,16 @@ func (c *hostContainer) containerPath(p string) (string, error) {
 		return "", fmt.Errorf("%w: host backend: mount over /", ErrUnsupported)
 	}
 	return c.root + clean, nil
+}
+
+// replaced reports whether the spec mounts something at the shared directory dir itself.
+func (c *hostContainer) replaced(dir string) bool {
+	for _, m := range c.spec.Mounts {
+		if path.Clean(m.ContainerPath) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureTenant adds TenantUser (with passwordless sudo where sudo exists) to the overlay's

@@ -118,6 +118,66 @@ func TestDaemonSetFixedSocketDir(t *testing.T) {
 	}
 }
 
+// HAMiPluginEnv names an unmodified build of HAMi's NVIDIA device plugin for TestDaemonSetHAMiPlugin
+// (none is part of this repository; docs/matrix.md says where one comes from).
+const HAMiPluginEnv = "LIMITBED_HAMI_PLUGIN"
+
+// TestDaemonSetHAMiPlugin runs HAMi's own plugin binary, unmodified, in the node's DaemonSet
+// namespace, with the chart's arguments and HAMi's device ConfigMap, and checks that it speaks the
+// protocol the harness serves: it registers its devices in hami.io/node-nvidia-register, and
+// Allocate of a pod placed under the node lock returns HAMi's limits, pops
+// hami.io/vgpu-devices-to-allocate, sets bind-phase success and releases the lock. Runs when
+// LIMITBED_HAMI_PLUGIN names the binary (and as root).
+func TestDaemonSetHAMiPlugin(t *testing.T) {
+	bin := os.Getenv(HAMiPluginEnv)
+	if bin == "" {
+		t.Skipf("%s is not set (the path of HAMi's nvidia-device-plugin binary)", HAMiPluginEnv)
+	}
+	sandboxtest.Host(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := testConfig(t, "hami-v2.10", "env")
+	cfg.External = &ExternalPlugin{Path: bin, Args: []string{"--config-file={deviceconfig}", "--kubelet-socket={kubeletsocket}"}}
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	p, err := n.Allocate(ctx, PodSpec{Name: "p", GPUMem: 3000, Cores: 30})
+	if err != nil {
+		t.Fatalf("%v%s", err, n.pluginLogTail())
+	}
+	envs := p.Resp.GetEnvs()
+	if envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "3000m" || envs["CUDA_DEVICE_SM_LIMIT"] != "30" {
+		t.Errorf("limits in the response: %v", envs)
+	}
+	if _, err := os.Stat(p.CacheDir); err != nil {
+		t.Errorf("the pod's cache directory on the node: %v", err)
+	}
+	pod, _ := n.api.Pod("default", "p")
+	if got := pod.Annotations[annotations.BindPhase]; got != string(annotations.PhaseSuccess) {
+		t.Errorf("bind-phase = %q, want success", got)
+	}
+	if got := pod.Annotations[annotations.DevicesToAllocate]; strings.Contains(got, "NVIDIA") {
+		t.Errorf("devices-to-allocate = %q, want the entry popped", got)
+	}
+	if lock, err := n.NodeLock(ctx); err != nil || lock != "" {
+		t.Errorf("node lock = %q (%v) after Allocate, want it released", lock, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		node, _ := n.api.Node(Name)
+		if node.Annotations["hami.io/node-nvidia-register"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no hami.io/node-nvidia-register on the node; requests:\n%s", strings.Join(n.Requests(), "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("HAMi's requests:\n%s", strings.Join(n.Requests(), "\n"))
+}
+
 // TestDaemonSetHostPath: paths the plugin names in its response map through the deepest mount to
 // the node's files; paths outside every mount are the host's own.
 func TestDaemonSetHostPath(t *testing.T) {

@@ -68,7 +68,7 @@ func TestLoginSessionCappedByOverrideEnv(t *testing.T) {
 	for _, s := range reg.Slots {
 		joined = joined || s.Pid == r.Pid
 	}
-	if !joined || reg.MemLimit[0] != 3000*mib {
+	if !joined || reg.device(0).LimitBytes != 3000*mib {
 		t.Fatalf("the login-session process (pid %d) did not join the pod's usage.cache: %+v", r.Pid, reg)
 	}
 }

@@ -19,6 +19,7 @@ out=${OUT:-$root/build-gpu}
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
 set -e
 make -s -C hamicore OUT="$out" >/dev/null
+CGO_ENABLED=0 go build -trimpath -o "$out/bin/regiondump" ./plugin/cmd/regiondump
 make -s -C fakegpu tools-real OUT="$out" >/dev/null
 mkdir -p "$out/bin-real"
 nvcc -O2 -o "$out/bin-real/cudart_probe" harness/gpu/cudart_probe.cu

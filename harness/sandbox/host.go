@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +24,7 @@ const TenantUser = "tenant"
 const containerPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // hostSharedDirs are bind-mounted from the host into every host-backend container; a spec mount
-// below them would have to create its mount point on the host, so it is refused. A spec mount at
-// exactly one of them replaces the host's directory instead (a node's private /tmp, for a device
-// plugin whose /tmp/vgpulock must be the node's), and mounts below it are then allowed.
+// below them would have to create its mount point on the host, so it is refused.
 var hostSharedDirs = []struct {
 	dir       string
 	recursive bool
@@ -33,14 +32,20 @@ var hostSharedDirs = []struct {
 	{"/proc", false},
 	{"/dev", true},
 	{"/sys", true},
-	{"/tmp", false},
-	{"/run", false},
+}
+
+// privateDirs get a tmpfs of their own in each host-backend container, as a container runtime
+// gives them: mounts such as /tmp/vgpulock or /run/fakegpu get their mount points inside the
+// container, and nothing one container leaves there is seen by another or by the host.
+var privateDirs = []struct{ dir, mode string }{
+	{"/tmp", "1777"},
+	{"/run", "0755"},
 }
 
 // NewHost returns the host backend: each container is a private mount namespace on this machine,
 // kept alive by a holder process (`unshare --mount --propagation private sleep infinity`), whose
-// processes chroot into an overlay of / with its upper layer on a tmpfs. /proc, /dev, /sys, /tmp and
-// /run are the host's; the spec's mounts are bound on top, read-only where asked. Mount points are
+// processes chroot into an overlay of / with its upper layer on a tmpfs. /proc, /dev and /sys are the
+// host's, /tmp and /run are tmpfs of its own; the spec's mounts are bound on top, read-only where asked. Mount points are
 // created in the overlay's upper layer, never in the host's / or /etc, and vanish with the namespace.
 // stateDir holds one empty directory per container (the tmpfs is mounted over it inside the
 // namespace only); empty means /run/limitbed/host. It needs root.
@@ -59,6 +64,9 @@ type hostBackend struct {
 var _ Backend = (*hostBackend)(nil)
 
 func (b *hostBackend) Name() string { return "host" }
+
+// Supports: no sshd and no cron daemon run in a host-backend container.
+func (b *hostBackend) Supports(Feature) bool { return false }
 
 func (b *hostBackend) Available(ctx context.Context) error {
 	if os.Geteuid() != 0 {
@@ -129,9 +137,9 @@ type hostContainer struct {
 
 var _ Container = (*hostContainer)(nil)
 
-func (c *hostContainer) Backend() string         { return "host" }
-func (c *hostContainer) Addr() string            { return "" }
-func (c *hostContainer) Supports(f Feature) bool { return false } // no sshd, no cron daemon
+func (c *hostContainer) Backend() string       { return "host" }
+func (c *hostContainer) Addr() string          { return "" }
+func (c *hostContainer) Supports(Feature) bool { return false } // no sshd, no cron daemon
 
 func (c *hostContainer) pid() int { return c.holder.Process.Pid }
 
@@ -147,21 +155,21 @@ func (c *hostContainer) setup(ctx context.Context) error {
 			"lowerdir=/,upperdir=" + c.state + "/upper,workdir=" + c.state + "/work", c.root},
 	}
 	for _, d := range hostSharedDirs {
-		if c.replaced(d.dir) {
-			continue
-		}
 		bind := "--bind"
 		if d.recursive {
 			bind = "--rbind"
 		}
 		steps = append(steps, []string{"mount", bind, d.dir, c.root + d.dir})
 	}
+	for _, d := range privateDirs {
+		steps = append(steps, []string{"mount", "-t", "tmpfs", "-o", "mode=" + d.mode + ",nosuid,nodev", "limitbed" + strings.ReplaceAll(d.dir, "/", "-"), c.root + d.dir})
+	}
 	for _, s := range steps {
 		if err := c.nsRun(ctx, s...); err != nil {
 			return err
 		}
 	}
-	for _, m := range c.spec.Mounts {
+	for _, m := range mountOrder(c.spec.Mounts) {
 		if err := c.bind(ctx, m); err != nil {
 			return err
 		}
@@ -202,6 +210,16 @@ func (c *hostContainer) waitNamespace(ctx context.Context) error {
 	}
 }
 
+// mountOrder sorts mounts parents first, as container runtimes do (by the number of components in
+// the container path; stable otherwise), so /usr/local/vgpu/libvgpu.so stays visible when the
+// directory /usr/local/vgpu is mounted too, whatever order the device plugin listed them in.
+func mountOrder(ms []Mount) []Mount {
+	out := slices.Clone(ms)
+	depth := func(p string) int { return strings.Count(path.Clean(p), "/") }
+	slices.SortStableFunc(out, func(a, b Mount) int { return depth(a.ContainerPath) - depth(b.ContainerPath) })
+	return out
+}
+
 // bind mounts one spec mount; the mount point is created inside the overlay (its upper layer).
 func (c *hostContainer) bind(ctx context.Context, m Mount) error {
 	target, err := c.containerPath(m.ContainerPath)
@@ -237,7 +255,7 @@ func (c *hostContainer) containerPath(p string) (string, error) {
 	}
 	clean := path.Clean(p)
 	for _, d := range hostSharedDirs {
-		if (clean == d.dir || strings.HasPrefix(clean, d.dir+"/")) && !c.replaced(d.dir) {
+		if clean == d.dir || strings.HasPrefix(clean, d.dir+"/") {
 			return "", fmt.Errorf("%w: host backend: mount at %s would create its mount point in the host's %s", ErrUnsupported, clean, d.dir)
 		}
 	}
@@ -245,16 +263,6 @@ func (c *hostContainer) containerPath(p string) (string, error) {
 		return "", fmt.Errorf("%w: host backend: mount over /", ErrUnsupported)
 	}
 	return c.root + clean, nil
-}
-
-// replaced reports whether the spec mounts something at the shared directory dir itself.
-func (c *hostContainer) replaced(dir string) bool {
-	for _, m := range c.spec.Mounts {
-		if path.Clean(m.ContainerPath) == dir {
-			return true
-		}
-	}
-	return false
 }
 
 // ensureTenant adds TenantUser (with passwordless sudo where sudo exists) to the overlay's

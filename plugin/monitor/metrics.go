@@ -24,16 +24,16 @@ var (
 		"Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).",
 		[]string{"pod_uid", "container"}, nil)
 	descUsed = prometheus.NewDesc("hami_container_memory_used_bytes",
-		"Device memory reserved by a container's processes: used_total of its usage region, the counter the limit is checked against.",
+		"Device memory reserved by a container's processes, the counter its library checks the limit against (limitbed: used_total of the usage region; HAMi-core: the sum over its slots).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
 	descLiveUsed = prometheus.NewDesc("hami_container_memory_live_bytes",
-		"Device memory held by a container's live processes: used[] summed over the usage region's live slots.",
+		"Device memory held by a container's live processes: the usage region's live slots summed.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
 	descProcesses = prometheus.NewDesc("hami_container_processes",
-		"Live processes of a container: active usage-region slots whose lock byte is held.",
+		"Live processes of a container: usage-region slots whose lock byte is held (limitbed) or whose pid is set (HAMi-core).",
 		[]string{"pod_uid", "container"}, nil)
 	descDeadSlots = prometheus.NewDesc("hami_container_region_dead_slots",
-		"Active usage-region slots whose process died and that libvgpu has not reclaimed yet (their bytes still count in used_total).",
+		"Usage-region slots whose process is gone and that no process has reclaimed yet (limitbed: their bytes still count in used_total).",
 		[]string{"pod_uid", "container"}, nil)
 	descOverflow = prometheus.NewDesc("hami_container_region_overflow",
 		"1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).",
@@ -135,8 +135,8 @@ func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry) {
 			ch <- prometheus.MustNewConstMetric(descRegionLimit, prometheus.GaugeValue, float64(d.LimitBytes), uid, ctr, idx)
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(u.Processes)), uid, ctr)
-	ch <- prometheus.MustNewConstMetric(descDeadSlots, prometheus.GaugeValue, float64(u.DeadSlots), uid, ctr)
+	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(u.Live())), uid, ctr)
+	ch <- prometheus.MustNewConstMetric(descDeadSlots, prometheus.GaugeValue, float64(u.DeadSlots()), uid, ctr)
 	overflow := 0.0
 	if u.Overflow {
 		overflow = 1

@@ -32,7 +32,7 @@ func (RegionFiles) ReadUsage(path string) (Usage, error) {
 	}
 	defer f.Close()
 	// The region is fixed-size; one more byte detects a longer file.
-	b, err := io.ReadAll(io.LimitReader(f, regionFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, maxRegionFileSize+1))
 	if err != nil {
 		return Usage{}, fmt.Errorf("read usage region %s: %w", path, err)
 	}

@@ -2,6 +2,7 @@ package kindcluster
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,5 +20,7 @@ const SchedulerName = "hami-scheduler"
 // init containers first), set hami.io/bind-phase=allocating and hami.io/bind-time, and bind the pod
 // to the node. The device plugin on that node then finds the pod in Allocate.
 func Bind(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, node string, devs annotations.PodDevices) error {
-	return scheduler.Bind(ctx, kube, pod, node, devs, scheduler.Options{})
+	// A pod still allocating holds the node until its kubelet calls Allocate, which waits for the
+	// plugin to (re)register: give it as long as WaitPodRunning gives a pod.
+	return scheduler.Bind(ctx, kube, pod, node, devs, scheduler.Options{LockWait: 2 * time.Minute})
 }

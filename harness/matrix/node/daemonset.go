@@ -17,7 +17,8 @@ import (
 // What an external plugin sees, as HAMi's chart mounts it into its device-plugin DaemonSet: the
 // kubelet's device-plugins directory, HOOK_PATH=/usr/local with the library directory at
 // /usr/local/vgpu, the node's /tmp (with /tmp/vgpulock, and /tmp/hami for MIG's lock file), the
-// node configuration directory at /config and the device ConfigMap at /device-config.yaml.
+// node configuration directory at /config, the device ConfigMap at /device-config.yaml and the
+// host's /usr/bin at /usrbin.
 const (
 	DaemonSetPluginDir    = "/var/lib/kubelet/device-plugins"
 	DaemonSetHookPath     = "/usr/local"
@@ -46,6 +47,9 @@ func (n *Node) daemonSetMounts(dpDir, cfgDir string) []sandbox.Mount {
 		{HostPath: filepath.Join(n.HookPath, "vgpu"), ContainerPath: path.Join(DaemonSetHookPath, "vgpu")},
 		{HostPath: cfgDir, ContainerPath: DaemonSetConfigDir},
 		{HostPath: filepath.Join(cfgDir, "device-config.yaml"), ContainerPath: DaemonSetDeviceConfig, ReadOnly: true},
+		// the chart's usrbin volume (HAMi's plugin runs /usrbin/nvidia-ctk for CDI specs); /var/run/cdi
+		// is the namespace's own /run
+		{HostPath: "/usr/bin", ContainerPath: "/usrbin", ReadOnly: true},
 	}
 	for _, p := range []string{n.cfg.Artifacts.Lib, n.cfg.GPUProfile, n.cfg.External.Path} {
 		if abs, err := filepath.Abs(p); err == nil {

@@ -310,6 +310,9 @@ hami_container_region_dead_slots{container="main",pod_uid="uid3"} 0
 # HELP hami_container_region_errors 1 when a container's usage region could not be decoded.
 # TYPE hami_container_region_errors gauge
 hami_container_region_errors{container="side",pod_uid="uid2"} 1
+# HELP hami_container_region_file_rejected 1 when a container's usage.cache was not read: a symlink, not a regular file, not a region's size, unreadable, or its read ran past the scrape deadline (reason).
+# TYPE hami_container_region_file_rejected gauge
+hami_container_region_file_rejected{container="side",pod_uid="uid2",reason="size"} 1
 # HELP hami_container_region_memory_limit_bytes Memory limit stamped into a container's usage region (absent when unlimited).
 # TYPE hami_container_region_memory_limit_bytes gauge
 hami_container_region_memory_limit_bytes{container="main",device_index="0",pod_uid="uid1"} 3.145728e+09

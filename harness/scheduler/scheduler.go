@@ -121,8 +121,8 @@ func ParseLock(v string) (t time.Time, namespace, name string, err error) {
 
 // Lock takes node's lock for pod. A lock held by another pod is waited for (up to wait, default
 // 30 s) unless it is stale: expired (LockExpiry), its pod gone, or its pod's allocation over
-// (bind-phase success or failed; a plugin that does not release the lock, limitbed's among them,
-// would otherwise hold the node until expiry). Every write carries the resourceVersion read, so of
+// (bind-phase success or failed; a plugin release that does not release the lock would otherwise
+// hold the node until expiry). Every write carries the resourceVersion read, so of
 // two schedulers racing for the lock one gets 409 Conflict and tries again.
 func Lock(ctx context.Context, kube kubernetes.Interface, node string, pod *corev1.Pod, wait time.Duration) error {
 	if wait <= 0 {

@@ -122,6 +122,9 @@ func TestExternalPluginMatchesInProcess(t *testing.T) {
 			if err != nil || phase != string(annotations.PhaseSuccess) {
 				t.Fatalf("bind-phase = %q, %v; API requests:\n%s", phase, err, strings.Join(n.Requests(), "\n"))
 			}
+			if lock, err := n.NodeLock(ctx); err != nil || lock != "" {
+				t.Errorf("node lock = %q (%v) after Allocate, want it released by the plugin", lock, err)
+			}
 			reqs := strings.Join(n.Requests(), "\n")
 			for _, w := range []string{
 				"GET /api/v1/pods?fieldSelector=spec.nodeName%3D" + Name + " 200",

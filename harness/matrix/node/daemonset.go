@@ -35,9 +35,9 @@ type daemonSet struct {
 	mounts []sandbox.Mount // ContainerPath: the plugin's view; HostPath: the node's file
 }
 
-// daemonSetMounts lists the bind mounts, in mount order: /tmp first (the node's own), then what
-// lies below it, then the harness's files at their own paths (the node directory, fakegpu, the
-// binary) so that placeholders naming them stay valid inside.
+// daemonSetMounts lists the bind mounts (the host backend mounts parents first): the node's own
+// /tmp and what lies below it, the chart's volumes, and the harness's files at their own paths (the
+// node directory, fakegpu, the binary) so that placeholders naming them stay valid inside.
 func (n *Node) daemonSetMounts(dpDir, cfgDir string) []sandbox.Mount {
 	m := []sandbox.Mount{
 		{HostPath: filepath.Join(n.cfg.Dir, "tmp"), ContainerPath: "/tmp"},

@@ -6,11 +6,13 @@
 //
 //   - discovery: GET /version, /api, /api/v1, /apis (client-go's discovery and version checks);
 //   - pods: GET /api/v1/pods and /api/v1/namespaces/{ns}/pods (fieldSelector on metadata.name,
-//     metadata.namespace, spec.nodeName, status.phase; labelSelector), ?watch=true answered with an
-//     empty event stream held open until the client leaves or the server closes; POST (create) in
-//     a namespace; GET, PATCH and DELETE /api/v1/namespaces/{ns}/pods/{name};
-//   - nodes: GET /api/v1/nodes and /api/v1/nodes/{name}, PATCH /api/v1/nodes/{name} (HAMi's plugin
-//     writes its device registration and handshake into node annotations);
+//     metadata.namespace, spec.nodeName, status.phase; labelSelector); POST (create) in a
+//     namespace; GET, PATCH and DELETE /api/v1/namespaces/{ns}/pods/{name};
+//   - nodes: GET /api/v1/nodes (fieldSelector metadata.name) and /api/v1/nodes/{name}, PATCH
+//     /api/v1/nodes/{name} (HAMi's plugin writes its device registration into a node annotation and
+//     releases the scheduler's hami.io/mutex.lock with a resourceVersion in the patch);
+//   - watches: ?watch=true on the pod and node lists streams ADDED, MODIFIED and DELETED events from
+//     the given resourceVersion (see watchResource), so client-go informers work;
 //   - events: POST /api/v1/namespaces/{ns}/events (recorded, see Events); PATCH answers 404 so that
 //     client-go's recorder creates a new event instead.
 //
@@ -40,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -59,6 +62,9 @@ type Server struct {
 	nodes  map[string]*corev1.Node
 	events []corev1.Event
 	log    []string
+	// history is every change since Start, for watches; changed is closed (and replaced) on each.
+	history []change
+	changed chan struct{}
 }
 
 // Start listens on a free loopback port and serves until Close.
@@ -68,7 +74,7 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("fakeapi: listen: %w", err)
 	}
 	s := &Server{URL: "http://" + ln.Addr().String(), ln: ln, done: make(chan struct{}),
-		pods: map[string]*corev1.Pod{}, nodes: map[string]*corev1.Node{}}
+		pods: map[string]*corev1.Pod{}, nodes: map[string]*corev1.Node{}, changed: make(chan struct{})}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -107,9 +113,10 @@ func (s *Server) AddNode(node *corev1.Node) error {
 	if _, ok := s.nodes[node.Name]; ok {
 		return fmt.Errorf("fakeapi: node %s exists", node.Name)
 	}
-	n := node.DeepCopy()
+	n := withKind(node.DeepCopy())
 	s.stamp(&n.ObjectMeta)
 	s.nodes[n.Name] = n
+	s.record(watch.Added, "nodes", n)
 	return nil
 }
 
@@ -164,8 +171,9 @@ func (s *Server) createPod(p *corev1.Pod) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("fakeapi: pod %s exists", key)
 	}
 	s.stamp(&p.ObjectMeta)
-	p.Kind, p.APIVersion = "Pod", "v1"
+	withKind(p)
 	s.pods[key] = p
+	s.record(watch.Added, "pods", p)
 	return p.DeepCopy(), nil
 }
 
@@ -297,7 +305,10 @@ func (s *Server) podCollection(w http.ResponseWriter, r *http.Request, ns string
 		return
 	}
 	if isWatch(q.Get("watch")) {
-		s.emptyWatch(w, r)
+		s.watchResource(w, r, "pods", func(o runtime.Object) bool {
+			p := o.(*corev1.Pod)
+			return (ns == "" || p.Namespace == ns) && fsel.Matches(podFields(p)) && lsel.Matches(labels.Set(p.Labels))
+		})
 		return
 	}
 	s.mu.Lock()
@@ -318,26 +329,6 @@ func (s *Server) podCollection(w http.ResponseWriter, r *http.Request, ns string
 
 func isWatch(v string) bool { return v == "true" || v == "1" }
 
-// emptyWatch answers a watch with a stream that sends nothing: nothing changes behind a client's
-// back here, so an informer sees exactly its initial list.
-func (s *Server) emptyWatch(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Transfer-Encoding", "chunked")
-	w.WriteHeader(http.StatusOK)
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	timeout := time.Hour
-	if v, err := strconv.Atoi(r.URL.Query().Get("timeoutSeconds")); err == nil && v > 0 {
-		timeout = time.Duration(v) * time.Second
-	}
-	select {
-	case <-r.Context().Done():
-	case <-s.done:
-	case <-time.After(timeout):
-	}
-}
-
 func (s *Server) pod(w http.ResponseWriter, r *http.Request, ns, name string) {
 	key := ns + "/" + name
 	notFound := func() {
@@ -355,7 +346,11 @@ func (s *Server) pod(w http.ResponseWriter, r *http.Request, ns, name string) {
 	case http.MethodDelete:
 		s.mu.Lock()
 		p, ok := s.pods[key]
-		delete(s.pods, key)
+		if ok {
+			delete(s.pods, key)
+			s.stamp(&p.ObjectMeta)
+			s.record(watch.Deleted, "pods", p)
+		}
 		s.mu.Unlock()
 		if !ok {
 			notFound()
@@ -381,6 +376,7 @@ func (s *Server) pod(w http.ResponseWriter, r *http.Request, ns, name string) {
 		}
 		s.stamp(&np.ObjectMeta)
 		s.pods[key] = np
+		s.record(watch.Modified, "pods", np)
 		writeJSON(w, http.StatusOK, np)
 	default:
 		writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
@@ -393,15 +389,39 @@ func (s *Server) nodeCollection(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method+" on nodes")
 		return
 	}
-	if isWatch(r.URL.Query().Get("watch")) {
-		s.emptyWatch(w, r)
+	q := r.URL.Query()
+	fsel, err := fields.ParseSelector(q.Get("fieldSelector"))
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "fieldSelector: "+err.Error())
+		return
+	}
+	for _, req := range fsel.Requirements() {
+		if req.Field != "metadata.name" {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+				fmt.Sprintf("field label not supported: %s", req.Field))
+			return
+		}
+	}
+	lsel, err := labels.Parse(q.Get("labelSelector"))
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "labelSelector: "+err.Error())
+		return
+	}
+	match := func(o runtime.Object) bool {
+		n := o.(*corev1.Node)
+		return fsel.Matches(fields.Set{"metadata.name": n.Name}) && lsel.Matches(labels.Set(n.Labels))
+	}
+	if isWatch(q.Get("watch")) {
+		s.watchResource(w, r, "nodes", match)
 		return
 	}
 	s.mu.Lock()
 	list := &corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"},
 		ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(s.rv, 10)}}
 	for _, n := range s.nodes {
-		list.Items = append(list.Items, *n.DeepCopy())
+		if match(n) {
+			list.Items = append(list.Items, *n.DeepCopy())
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
@@ -440,6 +460,7 @@ func (s *Server) node(w http.ResponseWriter, r *http.Request, name string) {
 		}
 		s.stamp(&nn.ObjectMeta)
 		s.nodes[name] = nn
+		s.record(watch.Modified, "nodes", nn)
 		writeJSON(w, http.StatusOK, nn)
 	default:
 		writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,

@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
+	"github.com/limitbed/limitbed/harness/scheduler"
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
@@ -78,7 +79,7 @@ func TestBindWritesHAMiAnnotations(t *testing.T) {
 			Containers:     []corev1.Container{{Name: "a"}, {Name: "b"}},
 		},
 	}
-	kube := fake.NewClientset(pod)
+	kube := fake.NewClientset(pod, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 	devs := annotations.PodDevices{nil, {{UUID: "GPU-1", Type: "NVIDIA", UsedMem: 3000, UsedCores: 30}}, nil}
 	before := time.Now().Unix()
 	if err := Bind(context.Background(), kube, pod, "node-1", devs); err != nil {
@@ -108,6 +109,13 @@ func TestBindWritesHAMiAnnotations(t *testing.T) {
 	}
 	if !bound {
 		t.Errorf("no binding of p to node-1 in %v", kube.Actions())
+	}
+	n, err := kube.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lock := n.Annotations[scheduler.NodeLock]; !strings.HasSuffix(lock, ",ns,p") {
+		t.Errorf("node lock = %q, want it held by ns/p", lock)
 	}
 	if err := Bind(context.Background(), kube, pod, "node-1", devs[:2]); err == nil {
 		t.Error("Bind accepted 2 device entries for 3 containers")

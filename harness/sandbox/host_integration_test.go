@@ -134,3 +134,65 @@ func snapshotDir(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestIntegrationHostPrivateTmp: a spec mount at /tmp replaces the container's own /tmp, mounts below it are
+// allowed (their mount points are made in the spec's directory, not in the host's /tmp), and a
+// process started with Spawn runs inside, with the exec environment, until Stop kills it.
+func TestIntegrationHostPrivateTmp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	b := sandboxtest.Host(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tmp, lock := t.TempDir(), t.TempDir()
+	probe := "limitbed-private-tmp-probe"
+	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{Mounts: []sandbox.Mount{
+		{HostPath: tmp, ContainerPath: "/tmp"},
+		{HostPath: lock, ContainerPath: "/tmp/" + probe},
+	}})
+	res, err := c.Exec(ctx, []string{"sh", "-c", "touch /tmp/a /tmp/" + probe + "/b && ls /tmp"}, sandbox.ExecOptions{})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v, exit %d, stderr %s", err, res.ExitCode, res.Stderr)
+	}
+	for _, p := range []string{filepath.Join(tmp, "a"), filepath.Join(lock, "b")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("written inside, not on the host: %v", err)
+		}
+	}
+	if _, err := os.Lstat("/tmp/" + probe); err == nil {
+		t.Errorf("mount point /tmp/%s created in the host's /tmp", probe)
+	}
+	sp, ok := c.(sandbox.Spawner)
+	if !ok {
+		t.Fatal("host container is not a Spawner")
+	}
+	cmd, err := sp.Spawn(ctx, []string{"sh", "-c", `echo "$GREETING" > /tmp/spawned; exec sleep 600`},
+		sandbox.ExecOptions{Env: map[string]string{"GREETING": "hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if data, err := os.ReadFile(filepath.Join(tmp, "spawned")); err == nil && strings.TrimSpace(string(data)) == "hello" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("spawned process did not write /tmp/spawned with its environment")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("spawned process still running after Stop")
+	}
+}

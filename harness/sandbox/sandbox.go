@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
 )
 
@@ -129,4 +130,11 @@ func envList(maps ...map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Spawner is a container that can start a long-running process in itself (the host backend's):
+// Spawn returns the command, not started, with the container's environment plus opts.Env; the
+// caller sets its output and starts it. Stop kills it with the rest of the container.
+type Spawner interface {
+	Spawn(ctx context.Context, cmd []string, opts ExecOptions) (*exec.Cmd, error)
 }

@@ -25,7 +25,7 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	profile := fs.String("gpu-profile", "", "fakegpu profile (default: ROOT/fakegpu/profiles/a16-16q.profile)")
 	coreOld := fs.String("core-old", "", "libvgpu.so of a real old release, replacing the hami-v2.10 core column")
 	pluginOld := fs.String("plugin-old", "", "device plugin binary of a real old release, replacing the hami-v2.10 plugin column "+
-		"(run against a fake kubelet and a fake API server; see docs/matrix.md)")
+		"(run as root in a mount namespace laid out as its DaemonSet's, against a fake kubelet and a fake API server; see docs/matrix.md)")
 	pluginOldArgs := fs.String("plugin-old-args", "", "arguments of the --plugin-old binary, split at white space; "+
 		"placeholders such as {kubeconfig}, {socketdir}, {node}, {hookpath} are expanded (docs/matrix.md lists them)")
 	methods := fs.String("methods", "", "comma-separated launch methods (default: all)")

@@ -28,7 +28,25 @@ func (n *Node) ContainerSpec(p *Pod, name string) sandbox.ContainerSpec {
 		base.Mounts = append(base.Mounts, sandbox.Mount{
 			HostPath: filepath.Join(n.cfg.Artifacts.Bin, t), ContainerPath: path.Join(ToolDir, t), ReadOnly: true})
 	}
+	if !p.HasMount(path.Join(allocate.ContainerFakeLibDir, allocate.FakeDriverLibs[0])) {
+		n.addDriver(&base)
+	}
 	return sandbox.FromAllocateResponse(base, p.Resp)
+}
+
+// addDriver mounts fakegpu as the driver, as the NVIDIA container toolkit mounts the driver's
+// libraries into a container that was given GPUs: for a plugin that does not do it itself
+// (limitbed's plugin does in fake-driver mode; HAMi's leaves it to the runtime).
+func (n *Node) addDriver(spec *sandbox.ContainerSpec) {
+	for _, lib := range allocate.FakeDriverLibs {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{HostPath: filepath.Join(n.cfg.Artifacts.Lib, lib),
+			ContainerPath: path.Join(allocate.ContainerFakeLibDir, lib), ReadOnly: true})
+	}
+	spec.Mounts = append(spec.Mounts,
+		sandbox.Mount{HostPath: n.cfg.GPUProfile, ContainerPath: allocate.ContainerFakeProfile, ReadOnly: true},
+		sandbox.Mount{HostPath: n.StateDir, ContainerPath: allocate.ContainerFakeStateDir})
+	spec.Env[allocate.EnvFakeGPUProfile] = allocate.ContainerFakeProfile
+	spec.Env[allocate.EnvFakeGPUStateDir] = allocate.ContainerFakeStateDir
 }
 
 // CacheFile returns the pod's shared region as the container sees it (the response's

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -20,21 +21,25 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/limitbed/limitbed/harness/fakeapi"
+	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/deviceplugin/fakekubelet"
 )
 
 // ExternalPlugin is a device plugin binary the node runs instead of the in-process plugin, driven
-// as its DaemonSet would drive it: on the node, with the kubelet's device-plugins directory (the
-// fake kubelet's), a kubeconfig for the API server (harness/fakeapi, seeded with the node and the
-// pods the scheduler bound), HOOK_PATH, and fakegpu as the driver.
+// as its DaemonSet would drive it: as root in a private mount namespace laid out as HAMi's chart
+// lays out the plugin's pod (DaemonSetPluginDir is the fake kubelet's directory, HOOK_PATH=/usr/local
+// with the node's vgpu directory, the node's /tmp with /tmp/vgpulock, /config/config.json and
+// /device-config.yaml, see daemonSetMounts), a kubeconfig for the API server (harness/fakeapi,
+// seeded with the node; the harness plays the scheduler on it, harness/scheduler), and fakegpu as
+// the driver. The device config is a complete HAMi-format ConfigMap (hamiDeviceConfig).
 //
-// The binary inherits the harness's environment plus NODE_NAME, KUBECONFIG, HOOK_PATH, KUBELET_SOCKET,
-// fakegpu's variables (FAKEGPU_PROFILE, FAKEGPU_STATE_DIR, LD_LIBRARY_PATH with fakegpu's
-// libnvidia-ml.so.1) and every flag's environment twin of limitbed's vgpu-device-plugin, so
-// limitbed's binary needs no arguments; KUBERNETES_SERVICE_HOST is cleared so that no in-cluster
-// configuration wins over the kubeconfig. Another plugin (upstream HAMi's has other flags) gets its own flags through Args, with
-// placeholders expanded (see Placeholders).
+// The binary gets a clean environment: PATH, HOME, NODE_NAME, KUBECONFIG, HOOK_PATH,
+// KUBELET_SOCKET, fakegpu's variables (FAKEGPU_PROFILE, FAKEGPU_STATE_DIR, LD_LIBRARY_PATH with
+// fakegpu's libnvidia-ml.so.1) and every flag's environment twin of limitbed's vgpu-device-plugin,
+// so limitbed's binary needs no arguments. Another plugin (upstream HAMi's has other flags) gets its
+// own flags through Args, with placeholders expanded (see Placeholders); paths expand to what the
+// plugin sees inside its namespace.
 type ExternalPlugin struct {
 	// Path of the binary (or of a wrapper script).
 	Path string
@@ -55,19 +60,19 @@ func (e ExternalPlugin) String() string {
 // Placeholders lists what {name} in ExternalPlugin.Args and Env expands to, with a description.
 var Placeholders = [][2]string{
 	{"node", "the node name (NODE_NAME)"},
-	{"kubeconfig", "kubeconfig file for the fake API server"},
+	{"kubeconfig", "kubeconfig file for the fake API server, /config/kubeconfig"},
 	{"apiserver", "URL of the fake API server"},
-	{"socketdir", "the kubelet's device-plugins directory (kubelet.sock and the plugin's socket)"},
+	{"socketdir", "the kubelet's device-plugins directory, /var/lib/kubelet/device-plugins (the fake kubelet's)"},
 	{"kubeletsocket", "the kubelet registration socket, {socketdir}/kubelet.sock"},
 	{"socketname", "the plugin socket name limitbed's plugin is given"},
-	{"hookpath", "HOOK_PATH (vgpu/libvgpu.so, vgpu/ld.so.preload, vgpu/containers under it)"},
-	{"lockdir", "host directory for /tmp/vgpulock"},
+	{"hookpath", "HOOK_PATH, /usr/local (vgpu/libvgpu.so, vgpu/ld.so.preload, vgpu/containers under it)"},
+	{"lockdir", "/tmp/vgpulock (the node's)"},
 	{"nvml", "fakegpu's libnvidia-ml.so.1"},
 	{"fakelibdir", "directory of fakegpu's libcuda.so.1 and libnvidia-ml.so.1"},
 	{"gpuprofile", "the fakegpu profile"},
 	{"statedir", "fakegpu's shared device state directory"},
-	{"deviceconfig", "device-config.yaml (nvidia: resourceCountName, deviceSplitCount, limitDelivery)"},
-	{"nodeconfig", "config.json (per-node operating mode)"},
+	{"deviceconfig", "/device-config.yaml, HAMi's device ConfigMap with the node's split count and limitDelivery"},
+	{"nodeconfig", "/config/config.json (per-node operating mode)"},
 	{"splitcount", "virtual devices per GPU"},
 	{"resource", "the resource name, nvidia.com/gpu"},
 	{"delivery", "the combination's limitDelivery (file or env; empty for the default)"},
@@ -139,64 +144,80 @@ func (n *Node) startAPI() error {
 	return nil
 }
 
-// writeConfigs writes device-config.yaml and config.json as HAMi's ConfigMaps would hold them.
+// writeConfigs writes device-config.yaml (HAMi's device ConfigMap) and config.json (the node
+// configuration ConfigMap, {"nodeconfig":[...]}) as HAMi's chart holds them.
 func (n *Node) writeConfigs(dir string) (devCfg, nodeCfg string, err error) {
-	res, split := ResourceName, n.cfg.SplitCount
-	dc := v1.DeviceConfig{Version: v1.Version, Nvidia: &v1.NvidiaConfig{ResourceCountName: &res}}
-	dc.Nvidia.DeviceSplitCount = &split
-	if n.cfg.Delivery != "" {
-		d := n.cfg.Delivery
-		dc.Nvidia.LimitDelivery = &d
-	}
-	if n.cfg.AllowPodEnv {
-		allow := true
-		dc.Nvidia.AllowPodLimitDeliveryOverride = &allow
+	dc, err := hamiDeviceConfig(hamiConfigValues{Resource: ResourceName, SplitCount: n.cfg.SplitCount,
+		LimitDelivery: string(n.cfg.Delivery), AllowPodEnv: n.cfg.AllowPodEnv})
+	if err != nil {
+		return "", "", err
 	}
 	pc := v1.PluginConfig{Version: v1.Version}
 	if n.cfg.MIG {
 		mig := v1.OperatingModeMIG
 		pc.NodeConfig = []v1.NodeConfig{{Name: Name, OperatingMode: &mig}}
 	}
+	nc, err := json.MarshalIndent(pc, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
 	devCfg, nodeCfg = filepath.Join(dir, "device-config.yaml"), filepath.Join(dir, "config.json")
-	for path, v := range map[string]any{devCfg: dc, nodeCfg: pc} {
-		data, err := json.MarshalIndent(v, "", "  ") // JSON is YAML
-		if err != nil {
-			return "", "", err
-		}
-		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	for path, data := range map[string][]byte{devCfg: dc, nodeCfg: append(nc, '\n')} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return "", "", fmt.Errorf("node: write %s: %w", path, err)
 		}
 	}
 	return devCfg, nodeCfg, nil
 }
 
-// startExternal runs cfg.External against the fake kubelet k and the fake API server.
+// startExternal runs cfg.External in its DaemonSet namespace against the fake kubelet k and the
+// fake API server.
 func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir string) error {
-	ext := n.cfg.External
+	ext := *n.cfg.External
 	if n.cfg.FS != nil {
 		return errors.New("node: fault injection (FS) needs the in-process plugin, not an external binary")
 	}
-	cfgDir := filepath.Join(n.cfg.Dir, "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		return fmt.Errorf("node: config dir: %w", err)
+	bin, err := filepath.Abs(ext.Path)
+	if err != nil {
+		return fmt.Errorf("node: plugin %s: %w", ext.Path, err)
 	}
-	kubeconfig := filepath.Join(cfgDir, "kubeconfig")
-	if err := n.api.WriteKubeconfig(kubeconfig); err != nil {
+	cfgDir := filepath.Join(n.cfg.Dir, "config")
+	for _, d := range []string{cfgDir, filepath.Join(n.cfg.Dir, "tmp", "hami"), filepath.Join(n.cfg.Dir, "vgpulock")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(n.cfg.Dir, "tmp"), 0o1777); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	devCfg, nodeCfg, err := n.writeConfigs(cfgDir)
+	if err := n.api.WriteKubeconfig(filepath.Join(cfgDir, "kubeconfig")); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if _, _, err := n.writeConfigs(cfgDir); err != nil {
+		return err
+	}
+	ds, err := startDaemonSet(ctx, n.cfg.Logger, "plugin-"+filepath.Base(n.cfg.Dir), n.daemonSetMounts(dpDir, cfgDir))
 	if err != nil {
 		return err
 	}
+	n.ds = ds
+	spawner, err := ds.spawner()
+	if err != nil {
+		return err
+	}
+	lib := n.cfg.Artifacts.Lib
+	kubeletSocket := path.Join(DaemonSetPluginDir, fakekubelet.SocketName)
 	vals := map[string]string{
-		"node": Name, "kubeconfig": kubeconfig, "apiserver": n.api.URL, "socketdir": dpDir, "kubeletsocket": k.Socket,
-		"socketname": pluginSocket, "hookpath": n.HookPath, "lockdir": filepath.Join(n.cfg.Dir, "vgpulock"),
-		"nvml": filepath.Join(n.cfg.Artifacts.Lib, "libnvidia-ml.so.1"), "fakelibdir": n.cfg.Artifacts.Lib,
-		"gpuprofile": n.cfg.GPUProfile, "statedir": n.StateDir, "deviceconfig": devCfg, "nodeconfig": nodeCfg,
+		"node": Name, "kubeconfig": path.Join(DaemonSetConfigDir, "kubeconfig"), "apiserver": n.api.URL,
+		"socketdir": DaemonSetPluginDir, "kubeletsocket": kubeletSocket, "socketname": pluginSocket,
+		"hookpath": DaemonSetHookPath, "lockdir": DaemonSetLockDir,
+		"nvml": filepath.Join(lib, "libnvidia-ml.so.1"), "fakelibdir": lib,
+		"gpuprofile": n.cfg.GPUProfile, "statedir": n.StateDir, "deviceconfig": DaemonSetDeviceConfig,
+		"nodeconfig": path.Join(DaemonSetConfigDir, "config.json"),
 		"splitcount": strconv.FormatUint(uint64(n.cfg.SplitCount), 10), "resource": ResourceName,
 		"delivery": string(n.cfg.Delivery),
 	}
-	args := make([]string, 0, len(ext.Args))
+	args := []string{bin}
 	for _, a := range ext.Args {
 		x, err := expand(a, vals)
 		if err != nil {
@@ -204,27 +225,27 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 		}
 		args = append(args, x)
 	}
-	env := append(os.Environ(),
-		// what the DaemonSet sets for every plugin
-		"NODE_NAME="+Name, "KUBECONFIG="+kubeconfig, "HOOK_PATH="+n.HookPath,
-		// never the cluster the harness itself may run in: client-go (and HAMi's client) try the
-		// in-cluster config first
-		"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT=",
+	env := map[string]string{
+		// what the chart's DaemonSet sets for the plugin
+		"NODE_NAME": Name, "KUBECONFIG": vals["kubeconfig"], "HOOK_PATH": DaemonSetHookPath,
 		// limitbed's vgpu-device-plugin flags, by their environment twins
-		"DEVICE_PLUGIN_DIR="+dpDir, "KUBELET_SOCKET="+k.Socket, "SOCKET_NAME="+pluginSocket,
-		"DEVICE_CONFIG_FILE="+devCfg, "NODE_CONFIG_FILE="+nodeCfg, "VGPU_LOCK_DIR="+vals["lockdir"],
-		"NVML_LIBRARY="+vals["nvml"], "FAKE_DRIVER=true", "FAKE_DRIVER_LIB_DIR="+n.cfg.Artifacts.Lib,
-		"FAKE_DRIVER_PROFILE="+n.cfg.GPUProfile, "FAKE_DRIVER_STATE_DIR="+n.StateDir,
+		"DEVICE_PLUGIN_DIR": DaemonSetPluginDir, "KUBELET_SOCKET": kubeletSocket, "SOCKET_NAME": pluginSocket,
+		"DEVICE_CONFIG_FILE": DaemonSetDeviceConfig, "NODE_CONFIG_FILE": vals["nodeconfig"], "VGPU_LOCK_DIR": DaemonSetLockDir,
+		"NVML_LIBRARY": vals["nvml"], "FAKE_DRIVER": "true", "FAKE_DRIVER_LIB_DIR": lib,
+		"FAKE_DRIVER_PROFILE": n.cfg.GPUProfile, "FAKE_DRIVER_STATE_DIR": n.StateDir,
 		// fakegpu's own NVML, for plugins that load libnvidia-ml.so.1 by name
-		"FAKEGPU_PROFILE="+n.cfg.GPUProfile, "FAKEGPU_STATE_DIR="+n.StateDir,
-		"LD_LIBRARY_PATH="+joinPath(n.cfg.Artifacts.Lib, os.Getenv("LD_LIBRARY_PATH")),
-	)
+		"FAKEGPU_PROFILE": n.cfg.GPUProfile, "FAKEGPU_STATE_DIR": n.StateDir, "LD_LIBRARY_PATH": lib,
+	}
 	for _, e := range ext.Env {
 		x, err := expand(e, vals)
 		if err != nil {
 			return fmt.Errorf("node: plugin environment %q: %w", e, err)
 		}
-		env = append(env, x)
+		k, v, ok := strings.Cut(x, "=")
+		if !ok {
+			return fmt.Errorf("node: plugin environment %q: want KEY=VALUE", e)
+		}
+		env[k] = v
 	}
 	logPath := filepath.Join(n.cfg.Dir, "plugin.log")
 	logf, err := os.Create(logPath)
@@ -232,11 +253,14 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 		return fmt.Errorf("node: plugin log: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(runCtx, ext.Path, args...)
-	cmd.Env = env
-	cmd.Dir = n.cfg.Dir
+	cmd, err := spawner.Spawn(runCtx, args, sandbox.ExecOptions{Env: env})
+	if err != nil {
+		cancel()
+		logf.Close()
+		return fmt.Errorf("node: plugin %s: %w", ext.Path, err)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a wrapper script (e.g. one entering a mount namespace) stops with it.
+	// Its own process group: a wrapper script stops with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
@@ -245,7 +269,8 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 		logf.Close()
 		return fmt.Errorf("node: start plugin %s: %w", ext.Path, err)
 	}
-	n.cfg.Logger.Info("external device plugin started", "pid", cmd.Process.Pid, "cmd", ext.Path, "args", args, "log", logPath)
+	n.cfg.Logger.Info("external device plugin started", "pid", cmd.Process.Pid, "cmd", ext.Path, "args", args[1:],
+		"log", logPath, "mounts", ds.mountTable())
 	n.cancel, n.done, n.exited = cancel, make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(n.done)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
@@ -54,16 +55,19 @@ func shape(p *Pod) string {
 }
 
 // TestExternalPluginMatchesInProcess drives limitbed's own plugin binary the way a DaemonSet would
-// (fake kubelet socket dir, kubeconfig of harness/fakeapi, NODE_NAME, HOOK_PATH, fakegpu as driver,
-// delivery through device-config.yaml) and checks, for both compat profiles and both delivery modes:
-// registration and the device list reach the fake kubelet; Allocate through the kubelet API returns
-// the same environment and mounts as the in-process plugin; the pod's bind-phase in the fake API
-// server ends at success, reached through the field-selector list and merge patches; in file mode the
-// limits file exists on the host; Close stops the process.
+// (its mount namespace: the fixed device-plugins dir, HOOK_PATH=/usr/local, the node's /tmp;
+// kubeconfig of harness/fakeapi, NODE_NAME, fakegpu as driver, HAMi's device ConfigMap with the
+// delivery mode) and checks, for both compat profiles and both delivery modes: registration and the
+// device list reach the fake kubelet; Allocate through the kubelet API returns the same environment
+// and mounts as the in-process plugin, plus LIBCUDA_LOG_LEVEL from the ConfigMap's libCudaLogLevel;
+// the pod's bind-phase in the fake API server ends at success, reached through the field-selector
+// list and merge patches; in file mode the limits file exists on the host (the response's host paths
+// are the node's); Close stops the process. Needs root: skipped otherwise, except under CI=true.
 func TestExternalPluginMatchesInProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the plugin binary: skipped with -short")
 	}
+	sandboxtest.Host(t)
 	bin, err := BuildPluginBinary(context.Background(), cbuild.RepoRoot(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +104,10 @@ func TestExternalPluginMatchesInProcess(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v%s", err, n.pluginLogTail())
 			}
+			if l := got.Resp.GetEnvs()["LIBCUDA_LOG_LEVEL"]; l != "1" {
+				t.Errorf("LIBCUDA_LOG_LEVEL = %q, want 1 (the chart's libCudaLogLevel)", l)
+			}
+			delete(got.Resp.Envs, "LIBCUDA_LOG_LEVEL")
 			if g, w := shape(got), shape(want); g != w {
 				t.Fatalf("external Allocate response:\n%s\nin process:\n%s", g, w)
 			}
@@ -113,6 +121,9 @@ func TestExternalPluginMatchesInProcess(t *testing.T) {
 			phase, err := n.PodAnnotation(ctx, "p", annotations.BindPhase)
 			if err != nil || phase != string(annotations.PhaseSuccess) {
 				t.Fatalf("bind-phase = %q, %v; API requests:\n%s", phase, err, strings.Join(n.Requests(), "\n"))
+			}
+			if lock, err := n.NodeLock(ctx); err != nil || lock != "" {
+				t.Errorf("node lock = %q (%v) after Allocate, want it released by the plugin", lock, err)
 			}
 			reqs := strings.Join(n.Requests(), "\n")
 			for _, w := range []string{
@@ -136,6 +147,7 @@ func TestExternalPluginMatchesInProcess(t *testing.T) {
 // TestExternalPluginFailsClearly: a binary that exits at once fails Start with its exit status and
 // output instead of waiting for the registration timeout; an unknown placeholder is refused.
 func TestExternalPluginFailsClearly(t *testing.T) {
+	sandboxtest.Host(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	script := filepath.Join(t.TempDir(), "plugin.sh")

@@ -6,8 +6,10 @@
 // ContainerAllocateResponse → a sandbox.ContainerSpec ready for a backend.
 //
 // With Config.External the plugin is a separate binary instead (a real old release): the node starts
-// it as its DaemonSet would, against the same fake kubelet and an HTTP API server (harness/fakeapi)
-// reached through a kubeconfig; see ExternalPlugin.
+// it as its DaemonSet would, in a private mount namespace with the kubelet's fixed device-plugins
+// directory, against the same fake kubelet and an HTTP API server (harness/fakeapi) reached through
+// a kubeconfig; see ExternalPlugin. Either way the harness plays HAMi's scheduler by its protocol,
+// node lock included (harness/scheduler).
 //
 // Scenarios (harness/script) and the compatibility matrix (harness/matrix) share it.
 package node
@@ -23,6 +25,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -97,6 +101,7 @@ type Node struct {
 	gpus     []gpu.MockGPU
 	kube     kubernetes.Interface
 	api      *fakeapi.Server // the external plugin's API server; nil in process
+	ds       *daemonSet      // the external plugin's mount namespace; nil in process
 	kubelet  *fakekubelet.Kubelet
 	client   *fakekubelet.Plugin
 	cancel   context.CancelFunc
@@ -132,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	} else {
-		n.kube = fake.NewClientset()
+		n.kube = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: Name}})
 	}
 	if err := n.installHook(); err != nil {
 		n.Close()
@@ -321,6 +326,11 @@ func (n *Node) Close() {
 	if n.cancel != nil {
 		n.cancel()
 		<-n.done
+	}
+	if n.ds != nil {
+		if err := n.ds.stop(context.Background()); err != nil {
+			n.cfg.Logger.Error("plugin namespace", "err", err)
+		}
 	}
 	if n.kubelet != nil {
 		n.kubelet.Stop()

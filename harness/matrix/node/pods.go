@@ -2,11 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/limitbed/limitbed/harness/scheduler"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
@@ -47,10 +48,11 @@ type Pod struct {
 // ContainerName is the name every pod's single container gets.
 const ContainerName = "main"
 
-// Allocate creates the pod in the API server as the HAMi scheduler leaves a bound pod
-// (hami.io/vgpu-devices-to-allocate, hami.io/vgpu-node, hami.io/bind-phase=allocating,
-// hami.io/bind-time), then asks the plugin for its container's devices over the kubelet API, as the
-// kubelet does when it starts the pod. It returns the response or the plugin's error.
+// Allocate creates the pod in the API server (pending, on this node) and places it as HAMi's
+// scheduler does (harness/scheduler: node lock, hami.io/vgpu-devices-to-allocate, hami.io/vgpu-node,
+// hami.io/bind-phase=allocating, hami.io/bind-time), then asks the plugin for its container's
+// devices over the kubelet API, as the kubelet does when it starts the pod. It returns the response
+// (host paths as the node has them) or the plugin's error.
 func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 	n.mu.Lock()
 	n.seq++
@@ -61,14 +63,6 @@ func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 		return nil, fmt.Errorf("pod %s: %w", spec.Name, err)
 	}
 	devs := annotations.PodDevices{{{UUID: gpuUUID, Type: "NVIDIA", UsedMem: spec.GPUMem, UsedCores: spec.Cores}}}
-	ann := map[string]string{
-		annotations.DevicesToAllocate: devs.Encode(),
-		annotations.DevicesAllocated:  devs.Encode(),
-		annotations.VGPUNode:          Name,
-		annotations.BindPhase:         string(annotations.PhaseAllocating),
-		annotations.BindTime:          strconv.FormatInt(time.Now().Unix(), 10),
-	}
-	maps.Copy(ann, spec.Annotations)
 	envNames := make([]string, 0, len(spec.Env))
 	for k := range spec.Env {
 		envNames = append(envNames, k)
@@ -79,17 +73,30 @@ func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 		env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: "default", UID: types.UID(uid), Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: "default", UID: types.UID(uid), Annotations: maps.Clone(spec.Annotations)},
 		Spec: corev1.PodSpec{NodeName: Name, Containers: []corev1.Container{{
 			Name: ContainerName, Image: "limitbed/workload:dev", Env: env,
 		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
 	if _, err := n.kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("pod %s: create in the API server: %w", spec.Name, err)
 	}
+	if err := scheduler.Bind(ctx, n.kube, pod, Name, devs, scheduler.Options{NoBinding: true}); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", spec.Name, err)
+	}
+	if len(spec.Annotations) > 0 {
+		// the spec's annotations override the scheduler's (tests of a bad placement)
+		if err := n.patchAnnotations(ctx, spec.Name, spec.Annotations); err != nil {
+			return nil, fmt.Errorf("pod %s: %w", spec.Name, err)
+		}
+	}
 	resp, err := n.client.AllocateOne(ctx, ids...)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: kubelet Allocate %v: %w", spec.Name, ids, err)
+	}
+	if n.ds != nil {
+		n.ds.translate(resp)
 	}
 	n.mu.Lock()
 	for _, id := range ids {
@@ -158,4 +165,25 @@ func (n *Node) DeletePod(ctx context.Context, name string) error {
 	delete(n.pods, name)
 	n.mu.Unlock()
 	return nil
+}
+
+func (n *Node) patchAnnotations(ctx context.Context, name string, ann map[string]string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	if _, err := n.kube.CoreV1().Pods("default").Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("annotate: %w", err)
+	}
+	return nil
+}
+
+// NodeLock returns the node's hami.io/mutex.lock annotation as the API server has it now ("" when
+// free).
+func (n *Node) NodeLock(ctx context.Context) (string, error) {
+	node, err := n.kube.CoreV1().Nodes().Get(ctx, Name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("get node %s: %w", Name, err)
+	}
+	return node.Annotations[scheduler.NodeLock], nil
 }

@@ -549,6 +549,14 @@ FG_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph
     return instantiate(phGraphExec, hGraph, flags);
 }
 
+/* CUDA_GRAPH_INSTANTIATE_PARAMS: flags first, then an upload stream and two outputs. */
+FG_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, void *params) {
+    unsigned long long flags = 0;
+    if (params)
+        memcpy(&flags, params, sizeof flags);
+    return instantiate(phGraphExec, hGraph, flags);
+}
+
 FG_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
                                          char *logBuffer, size_t bufferSize) {
     if (phErrorNode)

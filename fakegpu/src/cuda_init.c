@@ -8,8 +8,6 @@
 
 fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
 /* fork: hold our mutex across it so the child gets a consistent table, then make the child a
  * fresh process for the device: no contexts, no allocations, its own state slot. */
 static void fork_prepare(void) { pthread_mutex_lock(&fg_cu.mu); }
@@ -23,7 +21,9 @@ static void fork_child(void) {
     fg_state_after_fork(&fg_cu.st);
     pthread_mutex_unlock(&fg_cu.mu);
 }
-static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+/* Registered when the library is loaded (registration only): a fork racing with the first
+ * cuInit, which holds the mutex, must wait for it rather than leave the child's copy locked. */
+static void __attribute__((constructor)) register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 static void add_ordinal(const fg_profile *p, unsigned d, int m) {
     const fg_device *dv = &p->dev[d];
@@ -119,7 +119,6 @@ static void enumerate(const fg_profile *p) {
 FG_EXPORT CUresult cuInit(unsigned int Flags) {
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&fg_cu.mu);
     CUresult rc = fg_cu.init_rc;
     if (!fg_cu.initialized && rc == CUDA_SUCCESS) {

@@ -38,9 +38,9 @@ static void parent(void) { pthread_mutex_unlock(&g_mu); }
 static void child(void)
 {
     g_nexecs = 0;
-    pthread_mutex_init(&g_mu, NULL);
+    pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */
 }
-static void __attribute__((constructor)) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
+static void __attribute__((constructor(101))) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
 static int enforcing(void) { return !lb_guard && lb_active() && lb_region; }
 

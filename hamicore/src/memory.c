@@ -144,7 +144,7 @@ static void fork_child(void)
 
 /* Registration only (no work): handlers must exist before the first fork, even one racing with
  * the library's initialisation. */
-static void __attribute__((constructor)) memory_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
+static void __attribute__((constructor(101))) memory_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
 
 /* Every entry the destroyed context owned: the driver freed it. */
 void lb_memory_ctx_gone(uintptr_t ctx)

@@ -47,9 +47,9 @@ static void parent(void) { pthread_mutex_unlock(&g_mu); }
 static void child(void)
 {
     g_nphys = g_nmaps = 0;
-    pthread_mutex_init(&g_mu, NULL);
+    pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */
 }
-static void __attribute__((constructor)) vmm_register_fork(void) { pthread_atfork(prepare, parent, child); }
+static void __attribute__((constructor(101))) vmm_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
 static struct phys *find(CUmemGenericAllocationHandle h)
 {

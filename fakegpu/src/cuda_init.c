@@ -80,10 +80,14 @@ static void enumerate(const fg_profile *p) {
             all_d[n] = d, all_m[n++] = (int)m;
     }
     /* CUDA_DEVICE_ORDER: FASTEST_FIRST (the default) puts the most capable devices first
-     * (compute capability, then SM count; ties keep PCI order); PCI_BUS_ID keeps the PCI order,
+     * (compute capability, then SM count; ties keep PCI order; profiles with MIG instances are
+     * not reordered); PCI_BUS_ID keeps the PCI order,
      * which is NVML's. CUDA_VISIBLE_DEVICES indexes count in this order. */
     const char *order = getenv("CUDA_DEVICE_ORDER");
-    if (!order || strcmp(order, "PCI_BUS_ID") != 0) {
+    int mig = 0; /* MIG instances keep the profile's order (the fake has no speed for them) */
+    for (unsigned i = 0; i < n; i++)
+        mig |= all_m[i] >= 0;
+    if (!mig && (!order || strcmp(order, "PCI_BUS_ID") != 0)) {
         for (unsigned i = 1; i < n; i++) /* stable insertion sort, n <= FG_MAX_UNITS */
             for (unsigned j = i; j > 0 && faster(p, all_d[j], all_m[j], all_d[j - 1], all_m[j - 1]); j--) {
                 unsigned td = all_d[j];

@@ -191,7 +191,7 @@ static inline int enforcing(void)
     return 1;
 }
 
-static void __attribute__((noinline, cold)) log_no_region(const char *api)
+void lb_log_no_region(const char *api)
 {
     static _Atomic int logged;
     if (!atomic_exchange(&logged, 1))
@@ -214,7 +214,7 @@ static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_
     c->owner = 0;
     c->kind = E_DIRECT;
     if (__builtin_expect(!lb_region, 0)) {
-        log_no_region(api);
+        lb_log_no_region(api);
         return CH_REFUSED;
     }
     if (lb_region_reserve(dev, bytes))

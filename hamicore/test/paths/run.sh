@@ -26,7 +26,7 @@ for p in "${progs[@]}"; do
 		d=$tmp/$p-$mode
 		mkdir -p "$d/gpu"
 		env=(LD_LIBRARY_PATH="$out/lib" FAKEGPU_PROFILE_DIR="$root/fakegpu/profiles" FAKEGPU_PROFILE=$profile
-			FAKEGPU_STATE_DIR="$d/gpu" FAKEGPU_LAUNCH_NS=1000 PATH_EXPECT=$mode "${extra[@]}")
+			FAKEGPU_STATE_DIR="$d/gpu" FAKEGPU_LAUNCH_NS=1000 PATH_EXPECT=$mode PATH_FORK_CUDA=required "${extra[@]}")
 		[ $mode = native ] && [ "$p" = dlsym ] && env+=(LD_PRELOAD="${PATH_PRELOAD_EXTRA:+$PATH_PRELOAD_EXTRA }$shim")
 		[ $mode = limited ] && env+=(LD_PRELOAD="${PATH_PRELOAD_EXTRA:+$PATH_PRELOAD_EXTRA }$lib${shim:+ $shim}"
 			CUDA_DEVICE_MEMORY_LIMIT_0=3000m CUDA_DEVICE_MEMORY_SHARED_CACHE="$d/$cache" LIBCUDA_LOG_LEVEL=1)

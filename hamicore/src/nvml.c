@@ -3,9 +3,11 @@
  * per CUDA ordinal (CUDA_DEVICE_MEMORY_LIMIT_<i>); an NVML device is matched to its ordinal by
  * UUID. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 
+#include "devmap.h"
 #include "init.h"
 #include "region.h"
 #include "symbols.h"
@@ -91,6 +93,41 @@ static int cuda_ordinal(nvmlDevice_t device, unsigned idx)
     if (cuda_up && !have)
         found = (int)idx;
     lb_guard_leave();
+    return found;
+}
+
+/* The NVML index of a CUDA ordinal, by UUID (devmap.h); cached: device identities do not change
+ * within a process. */
+static _Atomic int g_nvml_index[LB_REGION_MAX_DEVICES];
+
+int lb_nvml_index(int dev)
+{
+    if (dev < 0 || dev >= LB_REGION_MAX_DEVICES)
+        return dev;
+    int cached = atomic_load_explicit(&g_nvml_index[dev], memory_order_relaxed);
+    if (cached)
+        return cached - 1;
+    __typeof__(&cuDeviceGetUuid) cu = LB_REAL(cuDeviceGetUuid);
+    __typeof__(&nvmlDeviceGetCount_v2) count = LB_REAL(nvmlDeviceGetCount_v2);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    __typeof__(&nvmlDeviceGetUUID) nu = LB_REAL(nvmlDeviceGetUUID);
+    CUuuid u;
+    char want[48], got[96];
+    unsigned n = 0;
+    int found = -1;
+    lb_guard_enter();
+    if (cu && count && by_index && nu && cu(&u, dev) == CUDA_SUCCESS && count(&n) == NVML_SUCCESS) {
+        uuid_str(u.bytes, want);
+        for (unsigned i = 0; i < n && found < 0; i++) {
+            nvmlDevice_t h;
+            if (by_index(i, &h) == NVML_SUCCESS && nu(h, got, sizeof got) == NVML_SUCCESS && strcmp(got, want) == 0)
+                found = (int)i;
+        }
+    }
+    lb_guard_leave();
+    if (found < 0)
+        return dev; /* not known (yet): the ordinal, not cached */
+    atomic_store_explicit(&g_nvml_index[dev], found + 1, memory_order_relaxed);
     return found;
 }
 

@@ -20,7 +20,6 @@
  */
 #include "limiter.h"
 
-#include "devmap.h"
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,6 +28,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "devmap.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"

@@ -18,8 +18,10 @@ help: ## list the targets
 
 build: c go ## build everything (C libraries, tools and Go binaries)
 
-c: ## build the C libraries and tools into $(OUT) (SAN=address,undefined for sanitizers)
+c: ## build the C libraries and tools into $(OUT) (SAN=address,undefined for sanitizers), and regiondump
 	@for d in $(C_COMPONENTS); do $(MAKE) -s -C $$d OUT=$(OUT) SAN=$(SAN) || exit 1; done
+	@# regiondump (Go, static: it is also mounted into workload containers) prints a usage.cache.
+	@mkdir -p $(OUT)/bin && CGO_ENABLED=0 go build -trimpath -o $(OUT)/bin/regiondump ./plugin/cmd/regiondump
 
 go: ## build the Go binaries into $(OUT)/bin
 	@scripts/build-go.sh $(OUT)/bin

@@ -68,7 +68,7 @@ func TestLoginSessionCappedByOverrideEnv(t *testing.T) {
 	for _, s := range reg.Slots {
 		joined = joined || s.Pid == r.Pid
 	}
-	if !joined || reg.MemLimit[0] != 3000*mib {
+	if !joined || reg.device(0).LimitBytes != 3000*mib {
 		t.Fatalf("the login-session process (pid %d) did not join the pod's usage.cache: %+v", r.Pid, reg)
 	}
 }
@@ -133,5 +133,50 @@ func TestFileBeatsEnvironment(t *testing.T) {
 	}
 	if r := parseProbe(t, string(out))[0]; !refused(r) || r.TotalMiB != 3000 {
 		t.Fatalf("file 3000m vs environment 8000m: %+v, want the file's 3000 MiB", r)
+	}
+}
+
+// In file mode nothing in a process's environment loosens what /overrideEnv governs: not a switch
+// the file does not carry, not a value for a key the file carries, not a fallback for a file line
+// that was rejected. Each case runs like TestFileBeatsEnvironment: the file in place, the
+// variables in the process's own environment.
+func TestFileModeEnvironmentCannotLoosen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root for unshare -m and mounts (a private /overrideEnv)")
+	}
+	cases := []struct {
+		name  string
+		file  func(e *env) string
+		env   []string
+		total int // MiB the probe must see as the device's total
+	}{
+		{"CUDA_DISABLE_CONTROL", (*env).podLimits, []string{"CUDA_DISABLE_CONTROL=true"}, 3000},
+		{"global limit 0 and every device 0", (*env).podLimits, []string{"CUDA_DEVICE_MEMORY_LIMIT=0", "CUDA_DEVICE_MEMORY_LIMIT_0=0"}, 3000},
+		{"rejected file line is not filled from the environment", func(e *env) string {
+			return "CUDA_DEVICE_MEMORY_LIMIT_0=3000x\nCUDA_DEVICE_MEMORY_SHARED_CACHE=" + e.cache + "\nHAMI_LIMITS_FORMAT=1\n"
+		}, []string{"CUDA_DEVICE_MEMORY_LIMIT_0=0"}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			limitsFile := filepath.Join(t.TempDir(), "limits")
+			if err := os.WriteFile(limitsFile, []byte(tc.file(e)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--override-env", limitsFile, "--bind", e.p.Out, "--bind", filepath.Dir(e.pod), "--bind", "/tmp", "--", "env"}
+			args = append(args, tc.env...)
+			args = append(args, "LD_PRELOAD="+filepath.Join(e.p.Lib, "libvgpu.so"), filepath.Join(e.p.Bin, "hamicore-allocprobe"), "--mib", "4096")
+			c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"), args...)
+			c.Env = e.base
+			var errb strings.Builder
+			c.Stderr = &errb
+			out, err := c.Output()
+			if err != nil {
+				t.Fatalf("%v: %s\n%s", err, out, errb.String())
+			}
+			if r := parseProbe(t, string(out))[0]; !refused(r) || r.TotalMiB != tc.total {
+				t.Fatalf("file mode, environment %v: %+v, want 4096 MiB refused and a %d MiB device\nstderr: %s", tc.env, r, tc.total, errb.String())
+			}
+		})
 	}
 }

@@ -19,6 +19,14 @@ out=${OUT:-$root/build-gpu}
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
 set -e
 make -s -C hamicore OUT="$out" >/dev/null
+# regiondump is Go; a GPU machine without Go gets it built elsewhere (static) as $out/bin/regiondump.
+if command -v go >/dev/null 2>&1; then
+	CGO_ENABLED=0 go build -trimpath -o "$out/bin/regiondump" ./plugin/cmd/regiondump
+elif [ ! -x "$out/bin/regiondump" ]; then
+	echo "gpu-check: no Go here to build regiondump: build it elsewhere with" >&2
+	echo "  CGO_ENABLED=0 go build -trimpath -o $out/bin/regiondump ./plugin/cmd/regiondump" >&2
+	exit 2
+fi
 make -s -C fakegpu tools-real OUT="$out" >/dev/null
 # The path programs against the real driver: linked by soname, no fakegpu anywhere (PATH_LINK=).
 make -s -C hamicore paths OUT="$out" PATH_LINK= >/dev/null

@@ -3,7 +3,8 @@
 # from Debian packages and Go modules only (images/node/versions.env pins every version):
 #   1. Go binaries: kubelet, kubeadm, kubectl, kube-apiserver, kube-controller-manager,
 #      kube-scheduler, kube-proxy (a wrapper module that requires k8s.io/kubernetes and replaces its
-#      ./staging paths with the published k8s.io/* modules), etcd, crictl, coredns; pause with gcc;
+#      ./staging paths with the published k8s.io/* modules), etcd, crictl, coredns (with the plugins of
+#      kubeadm's Corefile only); pause with gcc;
 #   2. debootstrap rootfs for the node (images/node/packages.txt) and for kube-proxy;
 #   3. component images FROM scratch tagged with the registry.k8s.io names kubeadm expects;
 #   4. node rootfs = debootstrap + kind's images/base files (from the sigs.k8s.io/kind module) +
@@ -122,6 +123,31 @@ build_tool() {
 	touch "$out/.complete"
 }
 
+# build_coredns: CoreDNS with only the plugins of the Corefile kubeadm deploys (CoreDNS's documented
+# way to choose plugins: a main that imports coremain and the plugins wanted). The stock build links
+# every plugin — cloud DNS providers, etcd, tracing, QUIC — and takes several times as long.
+COREDNS_PLUGINS="errors health ready kubernetes metrics forward cache loop reload loadbalance log hosts"
+COREDNS_OUT=$BIN/coredns-$COREDNS_VERSION-$(echo "$COREDNS_PLUGINS" | sha256sum | cut -c1-8)
+build_coredns() {
+	local out=$COREDNS_OUT dir=$WORK/src/coredns-$COREDNS_VERSION p
+	[ -f "$out/.complete" ] && { log "reusing $out"; return; }
+	wrapper "$dir" "github.com/coredns/coredns@$COREDNS_VERSION"
+	{
+		echo "// CoreDNS with the plugins of kubeadm's Corefile only (written by scripts/node-image.sh)."
+		echo "package main"
+		echo
+		echo "import ("
+		echo '	"github.com/coredns/coredns/coremain"'
+		for p in $COREDNS_PLUGINS; do echo "	_ \"github.com/coredns/coredns/plugin/$p\""; done
+		echo ")"
+		echo
+		echo "func main() { coremain.Run() }"
+	} >"$dir/main.go"
+	mkdir -p "$out"
+	(cd "$dir" && go build -trimpath -ldflags "-s -w -buildid=" -o "$out/coredns" .)
+	touch "$out/.complete"
+}
+
 build_pause() {
 	local out=$BIN/pause-$KUBERNETES_VERSION src
 	[ -f "$out/.complete" ] && { log "reusing $out"; return; }
@@ -183,7 +209,7 @@ BG_PIDS+=("$proxy_rootfs_pid")
 stage "kubernetes $KUBERNETES_VERSION binaries" build_kubernetes
 stage "etcd $ETCD_VERSION" build_tool etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 stage "crictl $CRICTL_VERSION" build_tool crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
-stage "coredns $COREDNS_VERSION" build_tool coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns
+stage "coredns $COREDNS_VERSION (kubeadm's plugins)" build_coredns
 stage "pause" build_pause
 
 t=$SECONDS
@@ -226,7 +252,7 @@ component_images() {
 		*/kube-proxy:*) image_from "$img" "$proxy_base" "$K8S_BIN/kube-proxy" ;;
 		*/kube-*:*) local b=${img##*/}; image_from "$img" scratch "$K8S_BIN/${b%%:*}" ;;
 		*/etcd:*) image_from "$img" scratch "$BIN/etcd-$ETCD_VERSION/etcd" ;;
-		*/coredns:*) image_from "$img" scratch "$BIN/coredns-$COREDNS_VERSION/coredns" ;;
+		*/coredns:*) image_from "$img" scratch "$COREDNS_OUT/coredns" ;;
 		*/pause:*) image_from "$img" scratch "$BIN/pause-$KUBERNETES_VERSION/pause"; PAUSE_IMAGE=$img ;;
 		*) die "kubeadm expects an image this script cannot build: $img" ;;
 		esac

@@ -7,11 +7,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 )
+
+// noWarnings is a logger that fails the test on any line: the chart's own
+// configuration must hold no field the plugin ignores.
+func noWarnings(t *testing.T) logr.Logger {
+	return funcr.New(func(prefix, args string) { t.Errorf("plugin logged on the rendered config: %s %s", prefix, args) }, funcr.Options{})
+}
 
 func TestChartLint(t *testing.T) {
 	t.Parallel()
@@ -61,11 +69,11 @@ func TestChartDeviceConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := render(t, tc.values)
-			dc, err := v1.ParseDeviceConfig([]byte(r.cm.Data["device-config.yaml"]))
+			dc, err := v1.ParseDeviceConfig([]byte(r.cm.Data["device-config.yaml"]), noWarnings(t))
 			if err != nil {
 				t.Fatalf("plugin rejects the rendered device config: %v\n%s", err, r.cm.Data["device-config.yaml"])
 			}
-			pc, err := v1.ParsePluginConfig([]byte(r.cm.Data["config.json"]))
+			pc, err := v1.ParsePluginConfig([]byte(r.cm.Data["config.json"]), noWarnings(t))
 			if err != nil {
 				t.Fatalf("plugin rejects the rendered config.json: %v\n%s", err, r.cm.Data["config.json"])
 			}

@@ -1,6 +1,6 @@
 #ifndef LB_CONFIG_H
 #define LB_CONFIG_H
-#include "limits.h"
+#include "limitsfile.h"
 
 /* The limits file, compiled in: never taken from the environment, because a login session is
  * exactly the process that has lost its environment. Tests build with another path only for the

@@ -3,9 +3,8 @@
  * point — there is no constructor doing work:
  *   1. configuration: /overrideEnv, then the environment (config.c), before anything else;
  *   2. logging: the level is now known; diagnostics collected so far are printed;
- *   3. CUDA_DISABLE_CONTROL=true: stop here, pure pass-through;
- *   4. the shared region (usage.cache) and this process's slot (region.c);
- *   5. fork handling (handlers registered at load): a child gets its own slot at its first
+ *   3. the shared region (usage.cache) and this process's slot (region.c);
+ *   4. fork handling (handlers registered at load): a child gets its own slot at its first
  *      allocation.
  * Driver symbols are resolved lazily, on first use (symbols.c).
  */
@@ -53,16 +52,11 @@ static void init_once(void)
     pthread_mutex_lock(&g_init_mu);
     lb_guard_enter();
     lb_config_load();
-    int state = LB_STATE_ENFORCE;
-    if (lb_cfg.disable_control) {
-        LB_INFO("CUDA_DISABLE_CONTROL=true: no limits are enforced in this process");
-        state = LB_STATE_PASSTHROUGH;
-    } else {
-        lb_region_init(&lb_cfg);
-        lb_limiter_init();
-    }
+    /* No opt-out here: CUDA_DISABLE_CONTROL is the device plugin's (it leaves out the preload). */
+    lb_region_init(&lb_cfg);
+    lb_limiter_init();
     lb_guard_leave();
-    atomic_store_explicit(&lb_state, state, memory_order_release);
+    atomic_store_explicit(&lb_state, LB_STATE_ENFORCE, memory_order_release);
     pthread_mutex_unlock(&g_init_mu);
 }
 

@@ -7,7 +7,7 @@
 
 /* lb_state: what the wrappers do. */
 #define LB_STATE_UNINIT 0
-#define LB_STATE_PASSTHROUGH 1 /* CUDA_DISABLE_CONTROL, or called re-entrantly during init */
+#define LB_STATE_PASSTHROUGH 1 /* called re-entrantly during init */
 #define LB_STATE_ENFORCE 2
 extern _Atomic int lb_state;
 

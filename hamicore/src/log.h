@@ -1,6 +1,6 @@
 #ifndef LB_LOG_H
 #define LB_LOG_H
-#include "limits.h"
+#include "limitsfile.h"
 
 /* Current level; LB_LOG_DEFAULT until the configuration is resolved. */
 extern int lb_log_level;

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "limits.h"
+#include "limitsfile.h"
 
 static struct lb_file_vars fv;
 static struct lb_config cfg;
@@ -20,6 +20,12 @@ static const char *env_from(const char *name, void *ctx)
         return "12x";
     if (!strcmp(name, "CUDA_DEVICE_SM_LIMIT"))
         return "70";
+    if (!strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT_0"))
+        return "0";
+    if (!strcmp(name, "GPU_CORE_UTILIZATION_POLICY"))
+        return "disable";
+    if (!strcmp(name, "CUDA_DEVICE_MEMORY_SHARED_CACHE"))
+        return "/tmp/private.cache";
     return NULL;
 }
 
@@ -37,8 +43,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < LB_MAX_DEVICES; i++)
         if (cfg.sm_limit[i] < 1 || cfg.sm_limit[i] > 100)
             __builtin_trap();
-    if (cfg.mem_limit[1] != 0 && !fv.var[LB_VAR_MEM_DEV0 + 1].set && !fv.var[LB_VAR_MEM].set)
-        __builtin_trap(); /* "12x" from the environment must refuse, never lift the cap */
+    /* File mode: nothing the file governs comes from the environment. */
+    for (int i = 0; i < LB_MAX_DEVICES; i++)
+        if (cfg.mem_src[i] == LB_SRC_ENV)
+            __builtin_trap();
+    if (cfg.cache_src == LB_SRC_ENV || (cfg.policy == LB_POLICY_DISABLE && !fv.var[LB_VAR_POLICY].set))
+        __builtin_trap();
+    /* Env mode: "12x" from the environment must refuse, never lift the cap. */
+    lb_resolve(NULL, env_from, NULL, 0, &cfg, &dg);
+    if (cfg.mem_limit[1] != 0)
+        __builtin_trap();
     if (dg.n > LB_MAX_DIAGS || fv.pool_used > LB_POOL_SIZE || strlen(cfg.cache_path) >= LB_LINE_MAX)
         __builtin_trap();
     uint64_t v;

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "limits.h"
+#include "limitsfile.h"
 #include "unit.h"
 
 static struct lb_file_vars fv;
@@ -41,7 +41,7 @@ static void spit(const char *path, const char *data, size_t len)
 
 /* A fake environment: "K=V" strings. */
 struct fenv {
-    const char *kv[24];
+    const char *kv[64];
 };
 static const char *fenv_get(const char *name, void *ctx)
 {
@@ -77,6 +77,54 @@ static void load_chunked(const char *buf, size_t len, size_t step)
     for (size_t off = 0; off < len; off += step)
         lb_reader_feed(&r, buf + off, len - off < step ? len - off : step);
     lb_reader_finish(&r);
+}
+
+/* testdata/limits/hostile.env: what a process sets to loosen its limits. Every vector's file is
+ * resolved under it; resolved.env says what the library enforces. */
+static struct fenv hostile;
+static char *hostile_buf;
+
+static void load_hostile(void)
+{
+    if (hostile_buf)
+        return;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/hostile.env", unit_vectors_dir);
+    hostile_buf = slurp(p, NULL);
+    if (!hostile_buf) {
+        unit_fail(__FILE__, __LINE__, "%s missing", p);
+        return;
+    }
+    int n = 0;
+    for (char *l = strtok(hostile_buf, "\n"); l && n < 63; l = strtok(NULL, "\n"))
+        hostile.kv[n++] = l;
+    hostile.kv[n] = NULL;
+}
+
+static void check_resolved(const char *dir, const char *name, const char *limits, size_t len)
+{
+    char p[2048];
+    load_hostile();
+    load(limits, len, &hostile);
+    lb_config_canonical(&cfg, canon, sizeof canon);
+    snprintf(p, sizeof p, "%s/%s/resolved.env", dir, name);
+    if (getenv("LB_UPDATE_VECTORS"))
+        spit(p, canon, strlen(canon));
+    char *want = slurp(p, NULL);
+    if (!want || strcmp(canon, want) != 0)
+        unit_fail(__FILE__, __LINE__, "%s/%s: resolved.env (under hostile.env) differs\n--- got\n%s--- want\n%s", dir,
+                  name, canon, want ? want : "(missing)");
+    free(want);
+    /* Independent of the recorded file: with the file present, the hostile environment changes
+     * nothing but the log level — the same file with no environment resolves to the same. */
+    static char quiet[1 << 16];
+    struct lb_config hostile_cfg = cfg;
+    load(limits, len, NULL);
+    cfg.log_level = hostile_cfg.log_level;
+    lb_config_canonical(&cfg, quiet, sizeof quiet);
+    if (strcmp(canon, quiet) != 0)
+        unit_fail(__FILE__, __LINE__, "%s/%s: hostile.env changed the resolution\n--- hostile\n%s--- no environment\n%s",
+                  dir, name, canon, quiet);
 }
 
 static void run_vectors(const char *kind)
@@ -119,6 +167,7 @@ static void run_vectors(const char *kind)
                 unit_fail(__FILE__, __LINE__, "%s/%s (chunk %zu): skipped lines\n--- got\n%s--- want\n%s", kind,
                           e->d_name, chunk, got_skip, ws);
         }
+        check_resolved(dir, e->d_name, limits, len);
         free(limits);
         free(want);
         free(want_skip);
@@ -174,8 +223,30 @@ static void test_file_beats_environment(void)
     CHECK_U64(cfg.mem_limit[0], 3000ULL << 20);
     CHECK_U64(cfg.mem_src[0], LB_SRC_FILE);
     CHECK_STR(cfg.cache_path, "/pod/usage.cache");
-    CHECK_U64(cfg.sm_limit[0], 40); /* only in the environment: still applies */
+    CHECK_U64(cfg.sm_limit[0], 100); /* only in the environment: the file governs, default applies */
     CHECK_U64(cfg.mem_limit[1], LB_MEM_UNLIMITED);
+}
+
+/* The one key a process may still set itself in file mode: its log level, which wins over the
+ * file's (it changes only what that process is told). */
+static void test_log_level_from_environment(void)
+{
+    const char *file = "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nLIBCUDA_LOG_LEVEL=1\n";
+    struct fenv env = {{"LIBCUDA_LOG_LEVEL=4", "GPU_CORE_UTILIZATION_POLICY=disable", "CUDA_DISABLE_CONTROL=true", NULL}};
+    load(file, strlen(file), &env);
+    CHECK(cfg.log_level == 4);
+    CHECK(cfg.policy == LB_POLICY_DEFAULT);
+    int policy = 0, control = 0;
+    for (uint32_t i = 0; i < dg.n; i++) {
+        policy |= dg.d[i].level == LB_LOG_INFO && strstr(dg.d[i].msg, "GPU_CORE_UTILIZATION_POLICY=disable") &&
+                  strstr(dg.d[i].msg, "ignored");
+        control |= dg.d[i].level == LB_LOG_INFO && strstr(dg.d[i].msg, "CUDA_DISABLE_CONTROL") != NULL;
+    }
+    CHECK(policy);
+    CHECK(control);
+    struct fenv none = {{NULL}};
+    load(file, strlen(file), &none);
+    CHECK(cfg.log_level == 1);
 }
 
 static void test_absent_file_uses_environment(void)
@@ -300,11 +371,12 @@ static void test_rejected_memory_value_never_unlimited(void)
             strstr(dg.d[i].msg, "environment"))
             named = 1;
     CHECK(named);
-    /* File value rejected, environment valid: the environment's value, with a WARN. */
+    /* File value rejected, environment valid: still refused; in file mode the environment never
+     * fills in for the file (it could say 0 = unlimited). */
     const char *file = "CUDA_DEVICE_MEMORY_LIMIT_0=3000x\n";
     struct fenv env2 = {{"CUDA_DEVICE_MEMORY_LIMIT_0=2000m", NULL}};
     load(file, strlen(file), &env2);
-    CHECK_U64(cfg.mem_limit[0], 2000ULL << 20);
+    CHECK_U64(cfg.mem_limit[0], 0);
     /* File value rejected, nothing else: refuse, even though a global limit would be larger. */
     const char *file3 = "CUDA_DEVICE_MEMORY_LIMIT_0=99999999999999999999999m\nCUDA_DEVICE_MEMORY_LIMIT=8g\n";
     load(file3, strlen(file3), NULL);
@@ -342,7 +414,6 @@ static void test_other_variables(void)
     CHECK(cfg.policy == LB_POLICY_FORCE);
     CHECK(cfg.priority == 0);
     CHECK(cfg.hostpid_broker == 1);
-    CHECK(cfg.disable_control == 1);
     CHECK(cfg.format == 2);
     CHECK_U64(cfg.sm_limit[0], 100);
     int newer = 0, sm = 0;
@@ -354,6 +425,7 @@ static void test_other_variables(void)
     CHECK(sm);
     lb_file_vars_canonical(&fv, canon, sizeof canon);
     CHECK(strstr(canon, "NVIDIA_VISIBLE_DEVICES=all\n") != NULL);
+    CHECK(strstr(canon, "CUDA_DISABLE_CONTROL=true\n") != NULL); /* a key libvgpu does not read */
 }
 
 static void test_file_reader_io_errors(void)
@@ -421,6 +493,7 @@ const struct unit_test unit_limits_tests[] = {
     {"limits/memory grammar", test_memory_grammar},
     {"limits/memory grammar v2.10", test_memory_grammar_legacy},
     {"limits/file beats environment", test_file_beats_environment},
+    {"limits/log level is the one key the environment sets in file mode", test_log_level_from_environment},
     {"limits/absent file uses environment", test_absent_file_uses_environment},
     {"limits/defaults", test_no_file_no_env_defaults},
     {"limits/malformed lines skipped, following lines apply", test_malformed_lines_skipped_and_following_apply},

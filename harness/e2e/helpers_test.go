@@ -107,8 +107,13 @@ func gpuPod(t *testing.T, e *testEnv, worker int, memMiB int32, ann map[string]s
 // gpuPodOn is gpuPod with the device the "scheduler" assigns: a GPU's UUID, or a MIG instance's.
 func gpuPodOn(t *testing.T, e *testEnv, worker int, uuid string, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
 	t.Helper()
+	return gpuPodNamed(t, e, worker, uuid, podName(t), memMiB, ann)
+}
+
+// gpuPodNamed is gpuPodOn with the pod's name (for a test that needs several pods).
+func gpuPodNamed(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
+	t.Helper()
 	ctx := t.Context()
-	name := podName(t)
 	node := e.c.Worker(worker)
 	hostTools := corev1.HostPathDirectory
 	grace := int64(1)

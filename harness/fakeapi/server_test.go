@@ -321,10 +321,11 @@ func TestPluginPodsClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &pods.Client{Kube: kube, NodeName: "node-a"}
-	got, err := c.PendingPod(ctx)
-	if err != nil || got.Name != "gpu" {
-		t.Fatalf("PendingPod = %v, %v", got, err)
+	cands, err := c.PendingPods(ctx)
+	if err != nil || len(cands) != 1 || cands[0].Name != "gpu" {
+		t.Fatalf("PendingPods = %v, %v", cands, err)
 	}
+	got := cands[0]
 	if err := c.SetDevicesToAllocate(ctx, got, annotations.PodDevices{{}}); err != nil {
 		t.Fatal(err)
 	}

@@ -136,6 +136,9 @@ func Lookup(name string) (Method, error) {
 	return Method{}, fmt.Errorf("unknown launch method %q (known: %s)", name, strings.Join(names, ", "))
 }
 
+// Needs lists the container features m needs beyond exec (sshd, a cron daemon).
+func (m Method) Needs() []sandbox.Feature { return append([]sandbox.Feature(nil), m.needs...) }
+
 // supported returns nil when c offers what m needs.
 func (m Method) supported(ctx context.Context, c sandbox.Container) error {
 	for _, f := range m.needs {

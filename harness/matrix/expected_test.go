@@ -109,13 +109,14 @@ func TestChecks(t *testing.T) {
 	}
 }
 
-// TestParseJob reads the tagged job output, including a failed regiondump.
+// TestParseJob reads the tagged job output, including a failed regiondump and a holder whose slot
+// is dead.
 func TestParseJob(t *testing.T) {
 	t.Parallel()
 	out := `probe {"requested_mib":4096,"granted_mib":0,"error":"CUDA_ERROR_OUT_OF_MEMORY","total_mib":3000,"pid":11}
 gpuinfo {"devices":[{"memory_total_mib":3000}]}
 holder {"requested_mib":16,"granted_mib":16,"error":null,"pid":12}
-region {"slots":[{"pid":5},{"pid":12}]} 
+region {"layout":{"name":"limitbed","major":2},"slots":[{"pid":5,"alive":true},{"pid":12,"alive":true}]} 
 `
 	o, err := parseJob([]byte(out))
 	if err != nil {
@@ -124,7 +125,11 @@ region {"slots":[{"pid":5},{"pid":12}]}
 	if !o.Enforced() || o.HolderPID != 12 {
 		t.Fatalf("observation %+v: want enforced with holder 12", o)
 	}
-	o, err = parseJob([]byte(strings.Replace(out, `region {"slots":[{"pid":5},{"pid":12}]}`, "region /usr/local/vgpu/usage.cache: No such file", 1)))
+	o, err = parseJob([]byte(strings.Replace(out, `{"pid":12,"alive":true}`, `{"pid":12,"alive":false}`, 1)))
+	if err != nil || o.Joined || len(o.RegionPIDs) != 1 {
+		t.Fatalf("observation %+v, err %v: want not joined, the holder's slot is dead", o, err)
+	}
+	o, err = parseJob([]byte(strings.Replace(out, `region {"layout":{"name":"limitbed","major":2},"slots":[{"pid":5,"alive":true},{"pid":12,"alive":true}]}`, "region /usr/local/vgpu/usage.cache: No such file", 1)))
 	if err != nil || o.Joined || o.RegionErr == "" {
 		t.Fatalf("observation %+v, err %v: want not joined with the region error", o, err)
 	}

@@ -22,9 +22,9 @@ type Observation struct {
 	GrantedMiB int    `json:"granted_mib"` // what it got
 	Error      string `json:"error,omitempty"`
 	TotalMiB   int    `json:"total_mib"` // gpuinfo's memory total
-	Joined     bool   `json:"joined"`    // the holder's pid is a slot of the pod's usage.cache
+	Joined     bool   `json:"joined"`    // the holder's pid is a live slot of the pod's usage.cache
 	HolderPID  int    `json:"holder_pid"`
-	RegionPIDs []int  `json:"region_pids"`
+	RegionPIDs []int  `json:"region_pids"` // pids of the region's live slots
 	RegionErr  string `json:"region_error,omitempty"`
 }
 
@@ -36,8 +36,9 @@ func (o Observation) Escaped() bool { return !o.Refused && o.TotalMiB != LimitMi
 
 // jobCommand is what every cell runs through its launch method: the refused-allocation probe, the
 // NVML view, then a small allocation held while regiondump reads the pod's region (a dead
-// process's slot may be reclaimed by the next one, so the holder must be alive). Tools are called
-// by absolute path: cron's PATH lacks /usr/local/bin.
+// process's slot may be reclaimed by the next one, so the holder must be alive). regiondump decodes
+// limitbed's layout and upstream HAMi-core's (plugin/region), so a real old core is judged too.
+// Tools are called by absolute path: cron's PATH lacks /usr/local/bin.
 func jobCommand(cache string) string {
 	b := node.ToolDir
 	region := `echo "region-error no shared cache in the allocation"`
@@ -74,9 +75,14 @@ type gpuinfoLine struct {
 	} `json:"devices"`
 }
 
+// regionLine is the part of regiondump's output (plugin/region's Region) the check reads.
 type regionLine struct {
+	Layout struct {
+		Name string `json:"name"`
+	} `json:"layout"`
 	Slots []struct {
-		PID int `json:"pid"`
+		PID   int  `json:"pid"`
+		Alive bool `json:"alive"`
 	} `json:"slots"`
 }
 
@@ -118,8 +124,14 @@ func parseJob(stdout []byte) (Observation, error) {
 				o.RegionErr = strings.TrimSpace(body)
 				continue
 			}
+			if r.Layout.Name == "" {
+				o.RegionErr = "regiondump printed no layout: " + strings.TrimSpace(body)
+				continue
+			}
 			for _, s := range r.Slots {
-				o.RegionPIDs = append(o.RegionPIDs, s.PID)
+				if s.Alive {
+					o.RegionPIDs = append(o.RegionPIDs, s.PID)
+				}
 			}
 		case "region-error":
 			o.RegionErr = body

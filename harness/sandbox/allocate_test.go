@@ -40,7 +40,8 @@ func TestFromAllocateResponse(t *testing.T) {
 			want: ContainerSpec{
 				Name:  "c",
 				Image: WorkloadImage,
-				Env:   map[string]string{"FROM_POD": "1", "CUDA_DEVICE_SM_LIMIT": "50", "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m"},
+				// The pod spec's own value wins over the plugin's, as with the kubelet.
+				Env: map[string]string{"FROM_POD": "1", "CUDA_DEVICE_SM_LIMIT": "100", "CUDA_DEVICE_MEMORY_LIMIT_0": "3000m"},
 				Mounts: []Mount{
 					{HostPath: "/data", ContainerPath: "/data"},
 					{HostPath: "/h/libvgpu.so", ContainerPath: "/usr/local/vgpu/libvgpu.so", ReadOnly: true},

@@ -34,7 +34,8 @@ type dockerBackend struct {
 
 var _ Backend = (*dockerBackend)(nil)
 
-func (b *dockerBackend) Name() string { return "docker" }
+func (b *dockerBackend) Name() string            { return "docker" }
+func (b *dockerBackend) Supports(f Feature) bool { return dockerFeature(f) }
 
 func (b *dockerBackend) Available(ctx context.Context) error {
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
@@ -139,7 +140,10 @@ func (c *dockerContainer) Addr() string    { return c.addr }
 
 // Supports: the workload image runs sshd and cron; other images may not, which the launch method
 // then reports when the daemon does not answer.
-func (c *dockerContainer) Supports(f Feature) bool { return f == FeatureSSH || f == FeatureCron }
+func (c *dockerContainer) Supports(f Feature) bool { return dockerFeature(f) }
+
+// dockerFeature: the workload image runs sshd and cron.
+func dockerFeature(f Feature) bool { return f == FeatureSSH || f == FeatureCron }
 
 func (c *dockerContainer) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	rc, err := c.tc.CopyFileFromContainer(ctx, path)

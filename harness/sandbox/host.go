@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,14 +32,20 @@ var hostSharedDirs = []struct {
 	{"/proc", false},
 	{"/dev", true},
 	{"/sys", true},
-	{"/tmp", false},
-	{"/run", false},
+}
+
+// privateDirs get a tmpfs of their own in each host-backend container, as a container runtime
+// gives them: mounts such as /tmp/vgpulock or /run/fakegpu get their mount points inside the
+// container, and nothing one container leaves there is seen by another or by the host.
+var privateDirs = []struct{ dir, mode string }{
+	{"/tmp", "1777"},
+	{"/run", "0755"},
 }
 
 // NewHost returns the host backend: each container is a private mount namespace on this machine,
 // kept alive by a holder process (`unshare --mount --propagation private sleep infinity`), whose
-// processes chroot into an overlay of / with its upper layer on a tmpfs. /proc, /dev, /sys, /tmp and
-// /run are the host's; the spec's mounts are bound on top, read-only where asked. Mount points are
+// processes chroot into an overlay of / with its upper layer on a tmpfs. /proc, /dev and /sys are the
+// host's, /tmp and /run are tmpfs of its own; the spec's mounts are bound on top, read-only where asked. Mount points are
 // created in the overlay's upper layer, never in the host's / or /etc, and vanish with the namespace.
 // stateDir holds one empty directory per container (the tmpfs is mounted over it inside the
 // namespace only); empty means /run/limitbed/host. It needs root.
@@ -57,6 +64,9 @@ type hostBackend struct {
 var _ Backend = (*hostBackend)(nil)
 
 func (b *hostBackend) Name() string { return "host" }
+
+// Supports: no sshd and no cron daemon run in a host-backend container.
+func (b *hostBackend) Supports(Feature) bool { return false }
 
 func (b *hostBackend) Available(ctx context.Context) error {
 	if os.Geteuid() != 0 {
@@ -127,9 +137,9 @@ type hostContainer struct {
 
 var _ Container = (*hostContainer)(nil)
 
-func (c *hostContainer) Backend() string         { return "host" }
-func (c *hostContainer) Addr() string            { return "" }
-func (c *hostContainer) Supports(f Feature) bool { return false } // no sshd, no cron daemon
+func (c *hostContainer) Backend() string       { return "host" }
+func (c *hostContainer) Addr() string          { return "" }
+func (c *hostContainer) Supports(Feature) bool { return false } // no sshd, no cron daemon
 
 func (c *hostContainer) pid() int { return c.holder.Process.Pid }
 
@@ -151,12 +161,15 @@ func (c *hostContainer) setup(ctx context.Context) error {
 		}
 		steps = append(steps, []string{"mount", bind, d.dir, c.root + d.dir})
 	}
+	for _, d := range privateDirs {
+		steps = append(steps, []string{"mount", "-t", "tmpfs", "-o", "mode=" + d.mode + ",nosuid,nodev", "limitbed" + strings.ReplaceAll(d.dir, "/", "-"), c.root + d.dir})
+	}
 	for _, s := range steps {
 		if err := c.nsRun(ctx, s...); err != nil {
 			return err
 		}
 	}
-	for _, m := range c.spec.Mounts {
+	for _, m := range mountOrder(c.spec.Mounts) {
 		if err := c.bind(ctx, m); err != nil {
 			return err
 		}
@@ -195,6 +208,16 @@ func (c *hostContainer) waitNamespace(ctx context.Context) error {
 			return fmt.Errorf("holder %d did not enter a new mount namespace within 10s", c.pid())
 		}
 	}
+}
+
+// mountOrder sorts mounts parents first, as container runtimes do (by the number of components in
+// the container path; stable otherwise), so /usr/local/vgpu/libvgpu.so stays visible when the
+// directory /usr/local/vgpu is mounted too, whatever order the device plugin listed them in.
+func mountOrder(ms []Mount) []Mount {
+	out := slices.Clone(ms)
+	depth := func(p string) int { return strings.Count(path.Clean(p), "/") }
+	slices.SortStableFunc(out, func(a, b Mount) int { return depth(a.ContainerPath) - depth(b.ContainerPath) })
+	return out
 }
 
 // bind mounts one spec mount; the mount point is created inside the overlay (its upper layer).

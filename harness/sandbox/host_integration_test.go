@@ -38,12 +38,15 @@ func TestIntegrationHostContainer(t *testing.T) {
 	preload := filepath.Join(host, "ld.so.preload")
 	writeFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
 	writeFile(t, preload, "") // empty: nothing preloaded, but the mount point is what is tested
+	lockDir := t.TempDir()
+	tmpProbe := filepath.Join("/tmp", "limitbed-private-tmp-"+filepath.Base(host))
 	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{
 		Env: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m"},
 		Mounts: []sandbox.Mount{
 			{HostPath: limits, ContainerPath: "/overrideEnv", ReadOnly: true},
 			{HostPath: preload, ContainerPath: "/etc/ld.so.preload", ReadOnly: true},
 			{HostPath: host, ContainerPath: "/usr/local/vgpu"},
+			{HostPath: lockDir, ContainerPath: "/tmp/vgpulock"},
 		},
 	})
 
@@ -63,6 +66,8 @@ func TestIntegrationHostContainer(t *testing.T) {
 		{name: "container env", cmd: []string{"printenv", "CUDA_DEVICE_MEMORY_LIMIT_0"}, stdout: "3000m"},
 		{name: "exec env added", cmd: []string{"printenv", "EXTRA"}, opts: sandbox.ExecOptions{Env: map[string]string{"EXTRA": "x1"}}, stdout: "x1"},
 		{name: "overlay is writable, privately", cmd: []string{"touch", "/etc/limitbed-overlay-probe"}},
+		{name: "mount below /tmp", cmd: []string{"touch", "/tmp/vgpulock/lock"}},
+		{name: "own /tmp", cmd: []string{"touch", tmpProbe}},
 		{name: "exec as tenant", cmd: []string{"id", "-un"}, opts: sandbox.ExecOptions{User: sandbox.TenantUser}, stdout: sandbox.TenantUser},
 	}
 	for _, tc := range cases {
@@ -76,6 +81,13 @@ func TestIntegrationHostContainer(t *testing.T) {
 					tc.cmd, res.ExitCode, res.Stdout, res.Stderr, tc.wantCode, tc.stdout, tc.stderr)
 			}
 		})
+	}
+	if _, err := os.Stat(filepath.Join(lockDir, "lock")); err != nil {
+		t.Errorf("a write to the container's /tmp/vgpulock did not reach the mounted host directory: %v", err)
+	}
+	if _, err := os.Lstat(tmpProbe); err == nil {
+		os.Remove(tmpProbe)
+		t.Errorf("%s written in the container appeared in the host's /tmp: the container's /tmp must be its own", tmpProbe)
 	}
 	if _, err := os.Stat(filepath.Join(host, "usage.cache")); err != nil {
 		t.Errorf("file written in the read-write mount is not on the host: %v", err)

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -17,9 +18,10 @@ func TestHostContainerPath(t *testing.T) {
 		{in: "/etc/ld.so.preload", want: "/state/root/etc/ld.so.preload"},
 		{in: "/usr/local/vgpu/../vgpu/", want: "/state/root/usr/local/vgpu"},
 		{in: "/tmpfoo", want: "/state/root/tmpfoo"},
-		{in: "/tmp/x", unsupported: true},
+		{in: "/tmp/vgpulock", want: "/state/root/tmp/vgpulock"}, // the container's own tmpfs
 		{in: "/dev/nvidia0", unsupported: true},
-		{in: "/run", unsupported: true},
+		{in: "/run/fakegpu", want: "/state/root/run/fakegpu"},
+		{in: "/sys/x", unsupported: true},
 		{in: "/", unsupported: true},
 		{in: "relative", fails: true},
 	}
@@ -40,5 +42,26 @@ func TestHostContainerPath(t *testing.T) {
 				t.Errorf("containerPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestMountOrder(t *testing.T) {
+	t.Parallel()
+	in := []Mount{
+		{ContainerPath: "/usr/local/vgpu/libvgpu.so"},
+		{ContainerPath: "/etc/ld.so.preload"},
+		{ContainerPath: "/usr/local/vgpu"},
+		{ContainerPath: "/overrideEnv"},
+	}
+	var got []string
+	for _, m := range mountOrder(in) {
+		got = append(got, m.ContainerPath)
+	}
+	want := []string{"/overrideEnv", "/etc/ld.so.preload", "/usr/local/vgpu", "/usr/local/vgpu/libvgpu.so"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("mountOrder = %v, want %v (parents first, stable)", got, want)
+	}
+	if in[0].ContainerPath != "/usr/local/vgpu/libvgpu.so" {
+		t.Fatal("mountOrder changed its input")
 	}
 }

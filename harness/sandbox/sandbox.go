@@ -58,6 +58,9 @@ type Backend interface {
 	Available(ctx context.Context) error
 	// Start creates and starts a container; the caller must Stop it (t.Cleanup in tests).
 	Start(ctx context.Context, spec ContainerSpec) (Container, error)
+	// Supports reports whether every container this backend starts offers f, so that a caller
+	// can refuse work the backend cannot do before starting anything.
+	Supports(f Feature) bool
 }
 
 // Container is one running container.

@@ -117,19 +117,28 @@ type probeResult struct {
 	PID          int     `json:"pid"`
 }
 
-const probeUsage = "probe METHOD NAME MIB"
+const probeUsage = "probe METHOD NAME MIB [--env=KEY=VALUE]..."
 
 // cmdProbe runs `cudaprobe --mib MIB` through METHOD in NAME and keeps its report for granted and
-// refused; the JSON line goes to stdout, libvgpu.so's log to stderr.
+// refused; the JSON line goes to stdout, libvgpu.so's log to stderr. Each --env sets a variable in
+// the probe's own environment, after the launch method made it (as a process sets its own).
 func cmdProbe(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 3 {
+	if neg || len(args) < 3 {
 		ts.Fatalf("usage: %s", probeUsage)
 	}
 	if _, err := strconv.Atoi(args[2]); err != nil {
 		ts.Fatalf("MIB %q: %v\nusage: %s", args[2], err, probeUsage)
 	}
+	command := "cudaprobe --mib " + args[2]
+	for _, a := range args[3:] {
+		kv, ok := strings.CutPrefix(a, "--env=")
+		if !ok || !strings.Contains(kv, "=") || strings.ContainsAny(kv, "'\n") {
+			ts.Fatalf("%q is not --env=KEY=VALUE (no quote, no newline)\nusage: %s", a, probeUsage)
+		}
+		command = "env '" + kv + "' " + command
+	}
 	st := getState(ts)
-	res := st.run(ts, args[0], args[1], "cudaprobe --mib "+args[2])
+	res := st.run(ts, args[0], args[1], command)
 	_, _ = ts.Stdout().Write(res.Stdout)
 	_, _ = ts.Stderr().Write(res.Stderr)
 	if res.ProbeJSON == nil {

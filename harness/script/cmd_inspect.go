@@ -175,16 +175,21 @@ func cmdLimitsfile(ts *testscript.TestScript, neg bool, args []string) {
 	_, _ = ts.Stdout().Write(res.Stdout)
 }
 
-// cmdMonitor runs one sweep of the vGPU monitor (plugin/monitor) over the node's containers
-// directory, against the API server's pods, with no grace period; it prints what it removed and
-// then the directory's remaining entries.
+// cmdMonitor runs the vGPU monitor (plugin/monitor) over the node's containers directory.
+// "monitor sweep": one sweep against the API server's pods, with no grace period; it prints what
+// it removed and then the directory's remaining entries. "monitor scrape": one metrics scrape (see
+// monitorScrape).
 func cmdMonitor(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 || args[0] != "sweep" {
-		ts.Fatalf("usage: monitor sweep")
+	if neg || len(args) != 1 || (args[0] != "sweep" && args[0] != "scrape") {
+		ts.Fatalf("usage: monitor sweep|scrape")
 	}
 	st := getState(ts)
 	if st.node == nil {
-		ts.Fatalf("monitor sweep: no node (plugin start first)")
+		ts.Fatalf("monitor %s: no node (plugin start first)", args[0])
+	}
+	if args[0] == "scrape" {
+		monitorScrape(ts, st)
+		return
 	}
 	dir := allocate.ContainersDir(st.node.HookPath)
 	s := &monitor.Sweeper{Dir: dir, API: &monitor.APIPods{Kube: st.node.Kube(), NodeName: node.Name},

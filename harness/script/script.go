@@ -19,6 +19,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/tiers"
 )
 
 type stateKey struct{}
@@ -122,8 +123,8 @@ func condition(cond string) (bool, error) {
 		}
 		return dockerAvailable() || hostAvailable(), nil
 	case "kind":
-		// The kind tier (a real kubelet in a kind cluster) does not exist yet: always false.
-		return false, nil
+		// The kind tier can run here: a Docker engine and a node image, present or buildable.
+		return kindAvailable(), nil
 	case "gpu":
 		return exec.Command("nvidia-smi", "-L").Run() == nil, nil
 	case "backend:docker", "backend:host":
@@ -151,6 +152,16 @@ func dockerAvailable() bool {
 		dockerOK = sandbox.NewDocker(slog.New(slog.DiscardHandler)).Available(ctx) == nil
 	})
 	return dockerOK
+}
+
+func kindAvailable() bool {
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return tiers.Kind(ctx, slog.New(slog.DiscardHandler), root).OK
 }
 
 func hostAvailable() bool {

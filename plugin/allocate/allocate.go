@@ -9,7 +9,6 @@ package allocate
 import (
 	"crypto/rand"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -50,7 +49,8 @@ type FakeDriver struct {
 type Options struct {
 	// HookPath is the host install root; files live under <HookPath>/vgpu.
 	HookPath string
-	// LockDir is the host directory mounted at /tmp/vgpulock; "" skips it.
+	// LockDir is the host directory mounted at /tmp/vgpulock under the
+	// hami-v2.10 profile (the current library does not use it); "" skips it.
 	LockDir          string
 	Profile          Profile
 	OperatingMode    v1.OperatingMode
@@ -93,6 +93,10 @@ func New(opts Options) (*Allocator, error) {
 	return a, nil
 }
 
+// MIGMode reports a node in operatingmode mig: the scheduler's annotation
+// then names MIG instances, not the GPUs kubelet's IDs stand for.
+func (a *Allocator) MIGMode() bool { return a.opts.OperatingMode == v1.OperatingModeMIG }
+
 // Profile returns the compatibility profile in force.
 func (a *Allocator) Profile() Profile { return a.opts.Profile }
 
@@ -106,20 +110,19 @@ type Request struct {
 	DeviceIDs []string
 	// Delivery is the resolved limitDelivery (see package delivery).
 	Delivery v1.LimitDelivery
+	// MIG is set when the caller's device table says DeviceIDs are MIG
+	// devices (kubelet's static MIG resources).
+	MIG bool
 }
 
+// MaxDevices is how many devices libvgpu.so limits per container: it reads
+// CUDA_DEVICE_MEMORY_LIMIT_0 .. _15 and nothing beyond.
+const MaxDevices = 16
+
 // IsMIG reports whether the request gets MIG treatment: the node runs in
-// MIG mode or kubelet asked for MIG devices.
-func (a *Allocator) IsMIG(ids []string) bool {
-	if a.opts.OperatingMode == v1.OperatingModeMIG {
-		return true
-	}
-	for _, id := range ids {
-		if strings.Contains(id, "MIG") {
-			return true
-		}
-	}
-	return false
+// MIG mode or the request is for MIG devices.
+func (a *Allocator) IsMIG(req Request) bool {
+	return a.opts.OperatingMode == v1.OperatingModeMIG || req.MIG
 }
 
 // Allocate builds the response for one container and performs its host
@@ -137,7 +140,7 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 
 	// Checked before the pod and container: kubelet's static MIG resources
 	// are not scheduled by HAMi and have no container entry.
-	if a.IsMIG(req.DeviceIDs) {
+	if a.IsMIG(req) {
 		// MIG isolation is the hardware's: no HAMi variables, no libvgpu or
 		// preload, hence nothing to write.
 		ids := req.DeviceIDs
@@ -154,6 +157,10 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	}
 	if len(req.Devices) == 0 {
 		return nil, fmt.Errorf("no devices assigned")
+	}
+	if len(req.Devices) > MaxDevices {
+		return nil, fmt.Errorf("%d devices in one container, but libvgpu.so limits at most %d (CUDA_DEVICE_MEMORY_LIMIT_0..%d): devices past that would run unlimited; ask for at most %d",
+			len(req.Devices), MaxDevices, MaxDevices-1, MaxDevices)
 	}
 	key, err := ContainerKey(string(req.Pod.UID), req.Container.Name)
 	if err != nil {

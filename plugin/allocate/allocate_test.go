@@ -100,7 +100,6 @@ func TestAllocateFileMode(t *testing.T) {
 		"/usr/local/vgpu/libvgpu.so": {HostPath: filepath.Join(hook, "vgpu/libvgpu.so"), ReadOnly: true},
 		"/etc/ld.so.preload":         {HostPath: filepath.Join(hook, "vgpu/ld.so.preload"), ReadOnly: true},
 		"/usr/local/vgpu":            {HostPath: filepath.Join(dir, "uid1_main")},
-		"/tmp/vgpulock":              {HostPath: filepath.Join(hook, "vgpulock")},
 		"/overrideEnv":               {HostPath: filepath.Join(dir, "uid1_main.limits"), ReadOnly: true},
 	}
 	got := mountsByPath(resp)
@@ -117,6 +116,8 @@ func TestAllocateFileMode(t *testing.T) {
 	want := maps.Clone(wantEnv)
 	delete(want, "NVIDIA_VISIBLE_DEVICES")
 	want["HAMI_LIMITS_FORMAT"] = "1"
+	maps.Copy(want, map[string]string{"CUDA_OVERSUBSCRIBE": "false", "GPU_CORE_UTILIZATION_POLICY": "default",
+		"CUDA_TASK_PRIORITY": "1", "LIBVGPU_HOSTPID_BROKER": "0"})
 	if vars := readLimits(t, hook, "uid1_main"); !maps.Equal(vars, want) {
 		t.Fatalf("file vars = %v, want %v", vars, want)
 	}
@@ -169,7 +170,7 @@ func TestAllocateVariants(t *testing.T) {
 		{
 			name: "MIG device IDs",
 			req: Request{Pod: mkReq("u5", "c", nil).Pod, Container: &corev1.Container{Name: "c"},
-				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile},
+				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
 			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1234"},
 			noEnv:      []string{"CUDA_DEVICE_SM_LIMIT"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload"},
@@ -213,7 +214,7 @@ func TestAllocateVariants(t *testing.T) {
 			req:        mkReq("u10", "c", nil, devA),
 			wantEnv:    map[string]string{"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/2f6c0000-0000-4000-8000-0000000000e1.cache"},
 			noEnv:      []string{"LIBVGPU_HOSTPID_BROKER"},
-			mounts:     []string{"/etc/ld.so.preload", "/usr/local/vgpu"},
+			mounts:     []string{"/etc/ld.so.preload", "/usr/local/vgpu", "/tmp/vgpulock"},
 			noMounts:   []string{"/overrideEnv"},
 			wantNoFile: true,
 		},
@@ -271,6 +272,28 @@ func TestAllocateVariants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The file spells out every key the library would otherwise default, so a
+// key cannot be left to a process's environment. Its bytes are the shared
+// vector the C reader resolves under testdata/limits/hostile.env.
+func TestAllocateFileIsCompleteVector(t *testing.T) {
+	a, hook := newAllocator(t, nil)
+	if _, err := a.Allocate(mkReq("u1", "c", nil, devA)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(ContainersDir(hook), "u1_c.limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vector = "../../testdata/limits/valid/complete-single-device/limits"
+	want, err := os.ReadFile(vector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("limits file differs from %s\n--- got\n%s--- want\n%s", vector, got, want)
 	}
 }
 
@@ -485,5 +508,30 @@ func TestParseProfile(t *testing.T) {
 	}
 	if p, err := ParseProfile("hami-v2.10"); err != nil || p != ProfileHAMiV210 {
 		t.Fatal(p, err)
+	}
+}
+
+// libvgpu.so reads CUDA_DEVICE_MEMORY_LIMIT_0..15 only: a 17th device would
+// run unlimited, so the allocation fails instead; 16 still work.
+func TestAllocateTooManyDevices(t *testing.T) {
+	for _, n := range []int{16, 17} {
+		a, hook := newAllocator(t, nil)
+		devs := make([]annotations.ContainerDevice, n)
+		for i := range devs {
+			devs[i] = annotations.ContainerDevice{UUID: fmt.Sprintf("GPU-%d", i), Type: "NVIDIA", UsedMem: 1000, UsedCores: 10}
+		}
+		_, err := a.Allocate(mkReq("u1", "c", nil, devs...))
+		if n <= MaxDevices {
+			if err != nil {
+				t.Fatalf("%d devices: %v", n, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "at most 16") {
+			t.Fatalf("%d devices: err = %v, want a refusal naming the limit of 16", n, err)
+		}
+		if _, err := os.Stat(filepath.Join(ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%d devices: a limits file was written (%v)", n, err)
+		}
 	}
 }

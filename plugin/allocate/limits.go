@@ -2,6 +2,7 @@ package allocate
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,9 +21,23 @@ var fileKeys = []string{EnvSMLimit, EnvSharedCache, EnvOversubscribe, EnvCorePol
 // override a device-plugin one, so this is what the entrypoint sees.
 var specKeys = []string{EnvTaskPriority, EnvCorePolicy}
 
+// fileDefaults are written when neither the plugin nor the spec sets the
+// key: the library's own defaults, spelled out. In file mode libvgpu.so takes
+// nothing the file governs from the process environment, and an old library
+// (which setenv()s the file's lines) gets these over whatever a process set,
+// so a key left out can never be filled in looser by the environment.
+// LIBCUDA_LOG_LEVEL is the one key a process may still set itself (it only
+// changes what that process is told), so it is written only when configured.
+var fileDefaults = map[string]string{
+	EnvOversubscribe: "false",
+	EnvCorePolicy:    "default",
+	EnvTaskPriority:  "1",
+	EnvHostPIDBroker: "0",
+}
+
 // limitsVars selects the file's variables from the container's environment.
 func limitsVars(env map[string]string, c *corev1.Container) map[string]string {
-	vars := map[string]string{}
+	vars := maps.Clone(fileDefaults)
 	for k, v := range env {
 		if strings.HasPrefix(k, EnvMemoryLimitPrefix) {
 			vars[k] = v

@@ -38,11 +38,14 @@ func (a *Allocator) cacheDirMount(resp *pluginapi.ContainerAllocateResponse, p h
 	return nil
 }
 
-// lockDirMount shares the host lock directory HAMi-core uses across
-// containers (HAMi mounts /tmp/vgpulock read-write).
+// lockDirMount shares the host lock directory across containers, only for
+// the hami-v2.10 profile: HAMi v2.10 mounts /tmp/vgpulock read-write into
+// every container, shared by all pods on the node. The current libvgpu.so
+// never opens it, so for it the mount would only be a read-write path
+// every tenant on the node shares.
 func (a *Allocator) lockDirMount(resp *pluginapi.ContainerAllocateResponse) error {
 	dir := a.opts.LockDir
-	if dir == "" {
+	if dir == "" || a.opts.Profile != ProfileHAMiV210 {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {

@@ -18,6 +18,9 @@ const (
 	BindTime = "hami.io/bind-time"
 	// LimitDelivery is the per-pod delivery override: "file" or "env".
 	LimitDelivery = "hami.io/limit-delivery"
+	// NodeLock is the node annotation the scheduler sets while it binds a
+	// pod to the node: "<RFC3339>,<namespace>,<podName>".
+	NodeLock = "hami.io/mutex.lock"
 )
 
 // Phase is a value of BindPhase.

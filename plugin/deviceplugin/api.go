@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
-	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/gpu"
@@ -110,17 +108,34 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// Allocate finds the pending pod, hands each container request the next
-// container entry of its device annotation and builds the response. Any
-// failure after the pod is found marks it bind-phase=failed.
+// Allocate classifies kubelet's device IDs with the plugin's device table,
+// finds the allocating pod whose next container entries hold those GPUs
+// (see matchPod), hands each container request its entry and builds the
+// response. Any failure after the pod is found marks it bind-phase=failed.
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
 
-	pod, err := p.opts.Pods.PendingPod(ctx)
+	reqs, err := p.classify(req.ContainerRequests)
 	if err != nil {
 		return nil, fmt.Errorf("allocate: %w", err)
 	}
+	cands, err := p.opts.Pods.PendingPods(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("allocate: %w", err)
+	}
+	m, only, err := matchPod(cands, reqs, p.opts.Allocator.MIGMode())
+	if err != nil {
+		err = fmt.Errorf("allocate: %w", err)
+		if only != nil {
+			if merr := p.opts.Pods.MarkFailed(ctx, only); merr != nil {
+				err = errors.Join(err, merr)
+			}
+			p.log.Error(err, "Allocation failed; pod marked bind-phase=failed", "pod", klog.KObj(only))
+		}
+		return nil, err
+	}
+	pod, podDevs := m.pod, m.devs
 	log := p.log.WithValues("pod", klog.KObj(pod))
 	fail := func(err error) (*pluginapi.AllocateResponse, error) {
 		if merr := p.opts.Pods.MarkFailed(ctx, pod); merr != nil {
@@ -130,10 +145,6 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		return nil, err
 	}
 
-	podDevs, err := annotations.DecodePodDevices(pod.Annotations[annotations.DevicesToAllocate])
-	if err != nil {
-		return fail(fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
-	}
 	// HAMi v2.10 knew no limitDelivery: its profile neither reads nor
 	// rejects the annotation.
 	decision := delivery.Decision{Mode: v1.LimitDeliveryEnv, Source: delivery.SourceDefault}
@@ -147,29 +158,23 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 
 	resp := &pluginapi.AllocateResponse{}
 	consumed := false
-	for _, cr := range req.ContainerRequests {
-		if isStaticMIG(cr.DevicesIds) {
-			r, err := p.opts.Allocator.Allocate(allocate.Request{Pod: pod, DeviceIDs: cr.DevicesIds})
+	for _, cr := range reqs {
+		if cr.mig {
+			r, err := p.opts.Allocator.Allocate(allocate.Request{Pod: pod, DeviceIDs: cr.ids, MIG: true})
 			if err != nil {
 				return fail(err)
 			}
 			resp.ContainerResponses = append(resp.ContainerResponses, r)
 			continue
 		}
-		idx, devs, ok := podDevs.Next()
-		if !ok {
-			return fail(fmt.Errorf("pod %s/%s: no container entry left in %s", pod.Namespace, pod.Name, annotations.DevicesToAllocate))
-		}
+		// matchPod checked that this entry holds kubelet's GPUs.
+		idx, devs, _ := podDevs.Next()
 		ctr, err := pods.ContainerAt(pod, idx)
 		if err != nil {
 			return fail(err)
 		}
-		if len(devs) != len(cr.DevicesIds) {
-			return fail(fmt.Errorf("pod %s/%s container %s: device number not matched: %d scheduled, kubelet asked for %d",
-				pod.Namespace, pod.Name, ctr.Name, len(devs), len(cr.DevicesIds)))
-		}
 		r, err := p.opts.Allocator.Allocate(allocate.Request{
-			Pod: pod, Container: ctr, Devices: devs, DeviceIDs: cr.DevicesIds, Delivery: decision.Mode,
+			Pod: pod, Container: ctr, Devices: devs, DeviceIDs: cr.ids, Delivery: decision.Mode,
 		})
 		if err != nil {
 			return fail(err)
@@ -177,7 +182,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		podDevs = podDevs.Erase(idx)
 		consumed = true
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
-		log.Info("Allocated", "container", ctr.Name, "devices", cr.DevicesIds,
+		log.Info("Allocated", "container", ctr.Name, "devices", cr.ids,
 			"limitDelivery", decision.Mode, "limitDeliverySource", decision.Source)
 	}
 	if consumed {
@@ -189,13 +194,4 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		return fail(err)
 	}
 	return resp, nil
-}
-
-func isStaticMIG(ids []string) bool {
-	for _, id := range ids {
-		if strings.Contains(id, "MIG") {
-			return true
-		}
-	}
-	return false
 }

@@ -35,6 +35,17 @@ func virtualDevices(devs []gpu.Device, split uint) (list []*pluginapi.Device, ph
 	return list, physical, board
 }
 
+// migIDs returns the advertised IDs that are MIG devices (one ID each).
+func migIDs(devs []gpu.Device) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range devs {
+		if d.MIG {
+			out[d.UUID] = true
+		}
+	}
+	return out
+}
+
 // boards returns the UUIDs of the GPUs of devs (a MIG device's parent),
 // each once, in order: what the health watch looks at.
 func boards(devs []gpu.Device) []string {

@@ -30,7 +30,7 @@ import (
 
 // PodSource is the pod side of the HAMi protocol (implemented by pods.Client).
 type PodSource interface {
-	PendingPod(ctx context.Context) (*corev1.Pod, error)
+	PendingPods(ctx context.Context) ([]*corev1.Pod, error)
 	SetDevicesToAllocate(ctx context.Context, pod *corev1.Pod, devs annotations.PodDevices) error
 	MarkSuccessIfDone(ctx context.Context, pod *corev1.Pod) error
 	MarkFailed(ctx context.Context, pod *corev1.Pod) error
@@ -80,6 +80,7 @@ type Plugin struct {
 	mu       sync.Mutex
 	devices  []*pluginapi.Device
 	physical map[string]string
+	mig      map[string]bool // IDs of MIG devices: the device table, not the ID's spelling
 	board    map[string]string
 	watchers map[chan struct{}]struct{}
 	server   *grpc.Server
@@ -117,7 +118,7 @@ func (p *Plugin) Start(ctx context.Context) error {
 	}
 	list, physical, board := virtualDevices(devs, p.opts.SplitCount)
 	p.mu.Lock()
-	p.devices, p.physical, p.board = list, physical, board
+	p.devices, p.physical, p.board, p.mig = list, physical, board, migIDs(devs)
 	p.mu.Unlock()
 
 	sock := p.SocketPath()

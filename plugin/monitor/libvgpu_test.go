@@ -85,8 +85,8 @@ func TestRegionFromLibvgpu(t *testing.T) {
 		t.Fatalf("device 0 = %+v (limit %d MiB, used %d MiB), want limit 3000 MiB, used 1000 MiB",
 			d, d.LimitBytes/mib, d.UsedBytes/mib)
 	}
-	if len(u.Processes) != 1 || int(u.Processes[0].PID) != cmd.Process.Pid || u.DeadSlots != 0 {
-		t.Fatalf("processes = %+v, dead %d; want only pid %d", u.Processes, u.DeadSlots, cmd.Process.Pid)
+	if live := u.Live(); len(live) != 1 || int(live[0].PID) != cmd.Process.Pid || u.DeadSlots() != 0 {
+		t.Fatalf("processes = %+v, dead %d; want only pid %d", live, u.DeadSlots(), cmd.Process.Pid)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -97,8 +97,8 @@ func TestRegionFromLibvgpu(t *testing.T) {
 	if u, err = (RegionFiles{}).ReadUsage(cache); err != nil {
 		t.Fatal(err)
 	}
-	if len(u.Processes) != 0 || u.DeadSlots != 1 {
-		t.Fatalf("after SIGKILL: processes %+v, dead slots %d; want none live, 1 dead", u.Processes, u.DeadSlots)
+	if len(u.Live()) != 0 || u.DeadSlots() != 1 {
+		t.Fatalf("after SIGKILL: processes %+v, dead slots %d; want none live, 1 dead", u.Live(), u.DeadSlots())
 	}
 	if d := u.Devices[0]; d.UsedBytes != 1000*mib || d.LiveBytes != 0 {
 		t.Fatalf("after SIGKILL: device 0 = %+v, want used_total 1000 MiB (unreclaimed), live 0", d)

@@ -1,15 +1,18 @@
 package monitor
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/internal/safefile"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -24,16 +27,16 @@ var (
 		"Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).",
 		[]string{"pod_uid", "container"}, nil)
 	descUsed = prometheus.NewDesc("hami_container_memory_used_bytes",
-		"Device memory reserved by a container's processes: used_total of its usage region, the counter the limit is checked against.",
+		"Device memory reserved by a container's processes, the counter its library checks the limit against (limitbed: used_total of the usage region; HAMi-core: the sum over its slots).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
 	descLiveUsed = prometheus.NewDesc("hami_container_memory_live_bytes",
-		"Device memory held by a container's live processes: used[] summed over the usage region's live slots.",
+		"Device memory held by a container's live processes: the usage region's live slots summed.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
 	descProcesses = prometheus.NewDesc("hami_container_processes",
-		"Live processes of a container: active usage-region slots whose lock byte is held.",
+		"Live processes of a container: usage-region slots whose lock byte is held (limitbed) or whose pid is set (HAMi-core).",
 		[]string{"pod_uid", "container"}, nil)
 	descDeadSlots = prometheus.NewDesc("hami_container_region_dead_slots",
-		"Active usage-region slots whose process died and that libvgpu has not reclaimed yet (their bytes still count in used_total).",
+		"Usage-region slots whose process is gone and that no process has reclaimed yet (limitbed: their bytes still count in used_total).",
 		[]string{"pod_uid", "container"}, nil)
 	descOverflow = prometheus.NewDesc("hami_container_region_overflow",
 		"1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).",
@@ -44,7 +47,14 @@ var (
 	descRegionErrors = prometheus.NewDesc("hami_container_region_errors",
 		"1 when a container's usage region could not be decoded.",
 		[]string{"pod_uid", "container"}, nil)
+	descRegionRejected = prometheus.NewDesc("hami_container_region_file_rejected",
+		"1 when a container's usage.cache was not read: a symlink, not a regular file, not a region's size, unreadable, or its read ran past the scrape deadline (reason).",
+		[]string{"pod_uid", "container", "reason"}, nil)
 )
+
+// maxLimitsFile bounds a limits file read by the monitor (the plugin writes
+// a few hundred bytes; libvgpu reads at most 4 MiB).
+const maxLimitsFile = 4 << 20
 
 // Collector exports per-container limits (from the .limits files) and usage
 // (from usage.cache through a UsageReader). It reads the files at scrape
@@ -53,6 +63,11 @@ type Collector struct {
 	Dir    string
 	Usage  UsageReader // nil: no usage metrics
 	Logger klog.Logger
+	// ScrapeTimeout bounds the wait for all usage regions of one scrape;
+	// 0 means DefaultScrapeTimeout.
+	ScrapeTimeout time.Duration
+
+	scrapeState
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -60,7 +75,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descFileMemLimit, descFileCoreLimit, descUsed, descLiveUsed, descRegionLimit,
-		descProcesses, descDeadSlots, descOverflow, descRegionErrors} {
+		descProcesses, descDeadSlots, descOverflow, descRegionErrors, descRegionRejected} {
 		ch <- d
 	}
 }
@@ -72,6 +87,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.Logger.Error(err, "Listing containers for metrics", "dir", c.Dir)
 		return
 	}
+	var dirs []Entry
 	for _, de := range entries {
 		e, ok := ParseEntry(de.Name(), de.IsDir())
 		if !ok {
@@ -81,15 +97,25 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		case KindLimits:
 			c.collectLimits(ch, e)
 		case KindDir:
-			c.collectRegion(ch, e)
+			dirs = append(dirs, e)
 		}
+	}
+	if c.Usage == nil {
+		return
+	}
+	results := c.readRegions(dirs)
+	for _, e := range dirs {
+		c.collectRegion(ch, e, results[e.Name])
 	}
 }
 
 func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
-	data, err := os.ReadFile(filepath.Join(c.Dir, e.Name))
+	data, err := safefile.ReadFile(filepath.Join(c.Dir, e.Name), safefile.Size{Min: 0, Max: maxLimitsFile})
 	if err != nil {
-		return // removed between listing and reading
+		if safefile.ReasonOf(err) != safefile.ReasonMissing { // else removed between listing and reading
+			c.Logger.Info("Limits file not read", "file", e.Name, "err", err)
+		}
+		return
 	}
 	vars := limitsfile.Parse(data).Vars
 	uid, ctr := string(e.PodUID), e.Container
@@ -112,21 +138,25 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 	}
 }
 
-func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry) {
-	if c.Usage == nil {
-		return
-	}
-	path := filepath.Join(c.Dir, e.Name, UsageCacheName)
-	if _, err := os.Stat(path); err != nil {
-		return // no process has created the region yet
-	}
+func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry, r regionResult) {
 	uid, ctr := string(e.PodUID), e.Container
-	u, err := c.Usage.ReadUsage(path)
-	if err != nil {
+	u, err := r.usage, r.err
+	var fe *safefile.Error
+	switch {
+	case err != nil && errors.As(err, &fe) && fe.Reason == safefile.ReasonMissing:
+		c.clearReport(e.Name)
+		return // no process has created the region yet
+	case err != nil && errors.As(err, &fe):
+		c.reportOnce(e, err)
+		ch <- prometheus.MustNewConstMetric(descRegionRejected, prometheus.GaugeValue, 1, uid, ctr, string(fe.Reason))
+		ch <- prometheus.MustNewConstMetric(descRegionErrors, prometheus.GaugeValue, 1, uid, ctr)
+		return
+	case err != nil:
 		c.Logger.V(2).Info("Undecodable usage region", "container", e.Name, "err", err)
 		ch <- prometheus.MustNewConstMetric(descRegionErrors, prometheus.GaugeValue, 1, uid, ctr)
 		return
 	}
+	c.clearReport(e.Name)
 	for _, d := range u.Devices {
 		idx := strconv.Itoa(d.Index)
 		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(d.UsedBytes), uid, ctr, idx)
@@ -135,8 +165,8 @@ func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry) {
 			ch <- prometheus.MustNewConstMetric(descRegionLimit, prometheus.GaugeValue, float64(d.LimitBytes), uid, ctr, idx)
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(u.Processes)), uid, ctr)
-	ch <- prometheus.MustNewConstMetric(descDeadSlots, prometheus.GaugeValue, float64(u.DeadSlots), uid, ctr)
+	ch <- prometheus.MustNewConstMetric(descProcesses, prometheus.GaugeValue, float64(len(u.Live())), uid, ctr)
+	ch <- prometheus.MustNewConstMetric(descDeadSlots, prometheus.GaugeValue, float64(u.DeadSlots()), uid, ctr)
 	overflow := 0.0
 	if u.Overflow {
 		overflow = 1

@@ -6,6 +6,9 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/region"
 )
 
 // UsageReader reads the usage of one container from its usage.cache.
@@ -24,17 +27,23 @@ type RegionFiles struct{}
 
 var _ UsageReader = RegionFiles{}
 
+// regionFileSizes bound what is opened and read: from the smallest to the
+// largest file of the layouts DecodeRegion reads (limitbed v2 and upstream
+// HAMi-core's); the decoder then checks the exact size of its layout.
+var regionFileSizes = safefile.Size{Min: min(region.LimitbedFileSize, maxRegionFileSize), Max: maxRegionFileSize}
+
 // ReadUsage implements UsageReader. Errors name the file.
 func (RegionFiles) ReadUsage(path string) (Usage, error) {
-	f, err := os.Open(path)
+	// The container owns this path: safefile opens only a regular file of
+	// a size the decoder knows, without following a link or blocking.
+	f, _, err := safefile.Open(path, regionFileSizes)
 	if err != nil {
 		return Usage{}, fmt.Errorf("open usage region: %w", err)
 	}
 	defer f.Close()
-	// The region is fixed-size; one more byte detects a longer file.
-	b, err := io.ReadAll(io.LimitReader(f, regionFileSize+1))
+	b, err := safefile.ReadAll(f, regionFileSizes)
 	if err != nil {
-		return Usage{}, fmt.Errorf("read usage region %s: %w", path, err)
+		return Usage{}, fmt.Errorf("read usage region: %w", err)
 	}
 	u, err := DecodeRegion(b, func(slot int) (bool, error) { return slotLocked(f, slot) })
 	if err != nil {

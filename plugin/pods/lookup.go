@@ -1,9 +1,10 @@
-// Package pods finds the pod an Allocate call belongs to and records the
+// Package pods finds the pods an Allocate call may belong to and records the
 // outcome on it, following HAMi's annotation protocol: the scheduler marks a
-// bound pod hami.io/bind-phase=allocating; the plugin takes the oldest such
-// pod on its node, hands out one container entry of
-// hami.io/vgpu-devices-to-allocate per Allocate, and finally sets the phase
-// to success (every entry handed out) or failed.
+// bound pod hami.io/bind-phase=allocating (and names it in the node's
+// hami.io/mutex.lock while it binds); the plugin picks, among those pods,
+// the one whose next container entry of hami.io/vgpu-devices-to-allocate
+// holds the devices kubelet asked for, hands out that entry, and finally
+// sets the phase to success (every entry handed out) or failed.
 package pods
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,18 +34,23 @@ type Client struct {
 	NodeName string
 }
 
-// PendingPod returns the pod on this node that is waiting for devices: phase
-// allocating, oldest bind-time first (ties broken by namespace/name so the
-// choice is deterministic).
-func (c *Client) PendingPod(ctx context.Context) (*corev1.Pod, error) {
+// PendingPods returns the pods on this node that are waiting for devices
+// (phase allocating), in the order the plugin tries them: the pod the
+// node's hami.io/mutex.lock names first (the scheduler holds that lock
+// while it binds that pod), then oldest bind-time first, ties broken by
+// namespace/name so the order is deterministic. The node lock is only a
+// preference: the caller still checks each pod against kubelet's devices.
+func (c *Client) PendingPods(ctx context.Context) ([]*corev1.Pod, error) {
 	list, err := c.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.NodeName).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", c.NodeName, err)
 	}
+	locked := c.lockedPod(ctx)
 	type candidate struct {
 		pod      *corev1.Pod
+		locked   bool
 		bindTime int64
 	}
 	var cands []candidate
@@ -64,19 +71,41 @@ func (c *Client) PendingPod(ctx context.Context) (*corev1.Pod, error) {
 		if err != nil {
 			continue // no usable bind-time: not bound by the scheduler
 		}
-		cands = append(cands, candidate{p, bt})
+		cands = append(cands, candidate{p, locked != "" && locked == p.Namespace+"/"+p.Name, bt})
 	}
 	if len(cands) == 0 {
 		return nil, ErrNoPendingPod
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
+		if a.locked != b.locked {
+			return a.locked
+		}
 		if a.bindTime != b.bindTime {
 			return a.bindTime < b.bindTime
 		}
 		return a.pod.Namespace+"/"+a.pod.Name < b.pod.Namespace+"/"+b.pod.Name
 	})
-	return cands[0].pod.DeepCopy(), nil
+	out := make([]*corev1.Pod, len(cands))
+	for i, cd := range cands {
+		out[i] = cd.pod.DeepCopy()
+	}
+	return out, nil
+}
+
+// lockedPod returns "namespace/name" from the node's hami.io/mutex.lock
+// ("<RFC3339>,<namespace>,<podName>"), or "" when there is none or it cannot
+// be read: the lock only orders the candidates.
+func (c *Client) lockedPod(ctx context.Context) string {
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(n.Annotations[annotations.NodeLock], ",")
+	if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
+		return ""
+	}
+	return parts[1] + "/" + parts[2]
 }
 
 // ContainerAt returns the container of entry idx of the device annotation:
@@ -115,12 +144,37 @@ func (c *Client) MarkSuccessIfDone(ctx context.Context, pod *corev1.Pod) error {
 	if left.Pending() {
 		return nil
 	}
-	return c.patch(ctx, cur, map[string]any{annotations.BindPhase: string(annotations.PhaseSuccess)})
+	if err := c.patch(ctx, cur, map[string]any{annotations.BindPhase: string(annotations.PhaseSuccess)}); err != nil {
+		return err
+	}
+	return c.releaseNodeLock(ctx, cur)
 }
 
-// MarkFailed sets bind-phase=failed so the scheduler can react.
+// MarkFailed sets bind-phase=failed so the scheduler can react, and
+// releases the node lock held for the pod.
 func (c *Client) MarkFailed(ctx context.Context, pod *corev1.Pod) error {
-	return c.patch(ctx, pod, map[string]any{annotations.BindPhase: string(annotations.PhaseFailed)})
+	if err := c.patch(ctx, pod, map[string]any{annotations.BindPhase: string(annotations.PhaseFailed)}); err != nil {
+		return err
+	}
+	return c.releaseNodeLock(ctx, pod)
+}
+
+// releaseNodeLock removes the node's hami.io/mutex.lock once the pod it
+// names is done (success or failed), as HAMi's plugin does, so the
+// scheduler can bind the next pod. A lock naming another pod, or none, is
+// left alone; a node that cannot be read (no permission) is not an error.
+func (c *Client) releaseNodeLock(ctx context.Context, pod *corev1.Pod) error {
+	if c.lockedPod(ctx) != pod.Namespace+"/"+pod.Name {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotations.NodeLock: nil}}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("release node lock %s on %s: %w", annotations.NodeLock, c.NodeName, err)
+	}
+	return nil
 }
 
 func (c *Client) patch(ctx context.Context, pod *corev1.Pod, ann map[string]any) error {

@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,35 +34,49 @@ func mkPod(name, node, phase, bindTime string) *corev1.Pod {
 	}
 }
 
-func TestPendingPod(t *testing.T) {
+func lockedNode(ns, name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1",
+		Annotations: map[string]string{annotations.NodeLock: "2026-12-01T08:00:00Z," + ns + "," + name}}}
+}
+
+func TestPendingPods(t *testing.T) {
 	cases := []struct {
 		name string
-		pods []runtime.Object
-		want string // "" = ErrNoPendingPod
+		objs []runtime.Object
+		want []string // nil = ErrNoPendingPod
 	}{
-		{"none", nil, ""},
-		{"oldest bind-time wins", []runtime.Object{
-			mkPod("new", "n1", "allocating", "200"), mkPod("old", "n1", "allocating", "100"), mkPod("mid", "n1", "allocating", "150")}, "old"},
+		{"none", nil, nil},
+		{"oldest bind-time first", []runtime.Object{
+			mkPod("new", "n1", "allocating", "200"), mkPod("old", "n1", "allocating", "100"), mkPod("mid", "n1", "allocating", "150")},
+			[]string{"old", "mid", "new"}},
 		{"other node ignored", []runtime.Object{
-			mkPod("other", "n2", "allocating", "1"), mkPod("mine", "n1", "allocating", "5")}, "mine"},
+			mkPod("other", "n2", "allocating", "1"), mkPod("mine", "n1", "allocating", "5")}, []string{"mine"}},
 		{"only allocating", []runtime.Object{
-			mkPod("done", "n1", "success", "1"), mkPod("failed", "n1", "failed", "1"), mkPod("unbound", "n1", "", "1")}, ""},
-		{"missing bind-time ignored", []runtime.Object{mkPod("nobt", "n1", "allocating", "")}, ""},
+			mkPod("done", "n1", "success", "1"), mkPod("failed", "n1", "failed", "1"), mkPod("unbound", "n1", "", "1")}, nil},
+		{"missing bind-time ignored", []runtime.Object{mkPod("nobt", "n1", "allocating", "")}, nil},
 		{"tie broken by name", []runtime.Object{
-			mkPod("b", "n1", "allocating", "7"), mkPod("a", "n1", "allocating", "7")}, "a"},
+			mkPod("b", "n1", "allocating", "7"), mkPod("a", "n1", "allocating", "7")}, []string{"a", "b"}},
+		{"the node lock's pod first", []runtime.Object{lockedNode("default", "new"),
+			mkPod("new", "n1", "allocating", "200"), mkPod("old", "n1", "allocating", "100")}, []string{"new", "old"}},
+		{"a lock naming no allocating pod changes nothing", []runtime.Object{lockedNode("default", "gone"),
+			mkPod("new", "n1", "allocating", "200"), mkPod("old", "n1", "allocating", "100")}, []string{"old", "new"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Client{Kube: fake.NewClientset(tc.pods...), NodeName: "n1"}
-			p, err := c.PendingPod(context.Background())
-			if tc.want == "" {
+			c := &Client{Kube: fake.NewClientset(tc.objs...), NodeName: "n1"}
+			ps, err := c.PendingPods(context.Background())
+			if tc.want == nil {
 				if !errors.Is(err, ErrNoPendingPod) {
 					t.Fatalf("err = %v, want ErrNoPendingPod", err)
 				}
 				return
 			}
-			if err != nil || p.Name != tc.want {
-				t.Fatalf("got %v, %v; want %s", p, err, tc.want)
+			var got []string
+			for _, p := range ps {
+				got = append(got, p.Name)
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
@@ -132,5 +147,43 @@ func TestPatchErrorIsWrapped(t *testing.T) {
 	err := c.MarkFailed(context.Background(), mkPod("p", "n1", "", ""))
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want wrapped %v", err, boom)
+	}
+}
+
+// The node lock is released once the pod it names is done, success or
+// failed; a lock naming another pod stays.
+func TestNodeLockRelease(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, lockedBy string
+		fail           bool
+		wantLock       bool
+	}{
+		{"success releases", "p", false, false},
+		{"failed releases", "p", true, false},
+		{"another pod's lock stays", "other", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mkPod("p", "n1", "allocating", "1")
+			p.Annotations[annotations.DevicesToAllocate] = ";"
+			kube := fake.NewClientset(p, lockedNode("default", tc.lockedBy))
+			c := &Client{Kube: kube, NodeName: "n1"}
+			var err error
+			if tc.fail {
+				err = c.MarkFailed(ctx, p)
+			} else {
+				err = c.MarkSuccessIfDone(ctx, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := kube.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := n.Annotations[annotations.NodeLock]; ok != tc.wantLock {
+				t.Fatalf("lock present = %v, want %v (%v)", ok, tc.wantLock, n.Annotations)
+			}
+		})
 	}
 }

@@ -1,8 +1,9 @@
 /*
  * The binary layout of the shared usage region (the pod's usage.cache).
  *
- * This header is the single source of truth for the layout: libvgpu.so, regiondump and the
- * layout tests include it, and docs/usage-cache.md describes the same offsets for the Go monitor.
+ * This header is the single source of truth for the layout: libvgpu.so and the layout tests
+ * include it, and docs/usage-cache.md describes the same offsets for the Go decoder (plugin/region,
+ * used by the monitor and regiondump).
  * Every field has a fixed width and a fixed offset (checked with _Static_assert below); integers
  * are in the byte order of the machine that writes them (little-endian on x86-64 and arm64; the
  * magic reads differently on a big-endian reader, which is how such a reader detects it).

@@ -3,39 +3,30 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/tiers"
 )
 
-// runDoctor prints one line per tier: available or why not.
+// runDoctor probes every tier and prints one line each: yes with what was found, or no with the
+// reason and the fix. It exits 0: a machine without a GPU is not an error.
 func runDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) != 0 {
-		return &exitError{2, fmt.Errorf("usage: limitbed doctor")}
+		return &exitError{2, fmt.Errorf("usage: limitbed doctor (no arguments; it probes this machine's tiers)")}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		return &exitError{2, err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	say := func(what string, err error) {
-		if err != nil {
-			fmt.Fprintf(env.stdout, "%-8s no: %v\n", what, err)
-			return
+	for _, r := range tiers.Probe(ctx, env.logger, root) {
+		if r.OK {
+			fmt.Fprintf(env.stdout, "%-8s yes: %s\n", r.Tier, r.Detail)
+			continue
 		}
-		fmt.Fprintf(env.stdout, "%-8s yes\n", what)
-	}
-	say("docker", sandbox.NewDocker(env.logger).Available(ctx))
-	say("host", sandbox.NewHost(env.logger, "").Available(ctx))
-	say("kind", fmt.Errorf("the kind tier does not exist yet"))
-	_, err := exec.LookPath("nvidia-smi")
-	if err == nil {
-		err = exec.CommandContext(ctx, "nvidia-smi", "-L").Run()
-	}
-	say("gpu", err)
-	if root, rerr := sandbox.RepoRoot(); rerr == nil {
-		_, err := os.Stat(filepath.Join(root, "build", "lib", "libvgpu.so"))
-		say("c-build", err)
+		fmt.Fprintf(env.stdout, "%-8s no: %s\n%-8s   fix: %s\n", r.Tier, r.Detail, "", r.Fix)
 	}
 	return nil
 }

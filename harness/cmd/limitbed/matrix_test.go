@@ -28,6 +28,7 @@ func TestMatrixPluginOldFlags(t *testing.T) {
 		{"missing binary", []string{"--plugin-old=" + filepath.Join(dir, "none")}, "no such file"},
 		{"not executable", []string{"--plugin-old=" + notExec}, "not an executable file"},
 		{"args without binary", []string{"--plugin-old-args=--x"}, "--plugin-old-args needs --plugin-old"},
+		{"host backend", []string{"--backend=host"}, "host backend is not offered"},
 		{"unknown placeholder", []string{"--plugin-old=" + exe, "--plugin-old-args=--kubeconfig={kubeconfig} --n={nodename}"},
 			"unknown placeholder {nodename}"},
 	} {

@@ -28,11 +28,11 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--compat-profile: %w", err)
 	}
-	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile)
+	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile, logger)
 	if err != nil {
 		return err
 	}
-	pc, err := v1.LoadPluginConfig(o.nodeConfigFile)
+	pc, err := v1.LoadPluginConfig(o.nodeConfigFile, logger)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ type options struct {
 	podResources   string
 	grace          time.Duration
 	interval       time.Duration
+	scrapeTimeout  time.Duration
 	metricsAddress string
 }
 
@@ -66,6 +67,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
 	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
 	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
+	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -80,6 +82,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.interval <= 0 {
 		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
 	}
+	if o.scrapeTimeout <= 0 {
+		return options{}, fmt.Errorf("--scrape-timeout (SCRAPE_TIMEOUT) must be positive, got %v", o.scrapeTimeout)
+	}
 	return o, nil
 }
 
@@ -92,7 +97,7 @@ func serve(ctx context.Context, o options) error {
 	}
 	dir := allocate.ContainersDir(o.hookPath)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&monitor.Collector{Dir: dir, Usage: monitor.RegionFiles{}, Logger: logger})
+	reg.MustRegister(&monitor.Collector{Dir: dir, Usage: monitor.RegionFiles{}, Logger: logger, ScrapeTimeout: o.scrapeTimeout})
 	s := &monitor.Sweeper{
 		Dir: dir, API: &monitor.APIPods{Kube: kube, NodeName: o.nodeName}, Grace: o.grace, Logger: logger,
 		OnRemove: monitor.SweepMetrics(reg),

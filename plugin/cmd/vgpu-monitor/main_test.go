@@ -23,6 +23,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"bad duration", []string{"--node-name=n", "--grace-period=soon"}, nil, "-grace-period"},
 		{"bad env twin", []string{"--node-name=n"}, map[string]string{"SWEEP_INTERVAL": "often"}, "--sweep-interval"},
 		{"zero interval", []string{"--node-name=n", "--sweep-interval=0s"}, nil, "--sweep-interval"},
+		{"zero scrape timeout", []string{"--node-name=n", "--scrape-timeout=0s"}, nil, "--scrape-timeout"},
 		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {

@@ -43,7 +43,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		set(&e.DeviceSplitCount, n.DeviceSplitCount)
 		set(&e.DeviceMemoryScaling, n.DeviceMemoryScaling)
 		set(&e.DeviceCoreScaling, n.DeviceCoreScaling)
-		set(&e.LibCudaLogLevel, n.LibCudaLogLevel)
+		setLogLevel(&e.LibCudaLogLevel, n.LibCudaLogLevel)
 		set(&e.DisableCoreLimit, n.DisableCoreLimit)
 		set(&e.HostPIDBroker, n.HostPIDBroker)
 		set(&e.AllowPodLimitDeliveryOverride, n.AllowPodLimitDeliveryOverride)
@@ -60,7 +60,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 			set(&e.DeviceSplitCount, nc.DeviceSplitCount)
 			set(&e.DeviceMemoryScaling, nc.DeviceMemoryScaling)
 			set(&e.DeviceCoreScaling, nc.DeviceCoreScaling)
-			set(&e.LibCudaLogLevel, nc.LibCudaLogLevel)
+			setLogLevel(&e.LibCudaLogLevel, nc.LibCudaLogLevel)
 			if nc.LimitDelivery != nil {
 				e.NodeLimitDelivery = nc.LimitDelivery
 			}
@@ -72,5 +72,11 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 func set[T any](dst *T, src *T) {
 	if src != nil {
 		*dst = *src
+	}
+}
+
+func setLogLevel(dst *string, src *LogLevel) {
+	if src != nil {
+		*dst = string(*src)
 	}
 }

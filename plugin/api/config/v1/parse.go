@@ -1,47 +1,66 @@
 package v1
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/yaml"
 )
 
+// Names whose near misses are errors rather than ignored fields: the
+// sections and fields this plugin adds or keys on, which no HAMi file spells
+// differently (see decodeTolerant).
+var (
+	deviceGuarded = []string{"version", "nvidia", "limitDelivery", "allowPodLimitDeliveryOverride", "hostPIDBroker"}
+	pluginGuarded = []string{"version", "nodeconfig", "limitdelivery", "operatingmode"}
+)
+
 // ParseDeviceConfig parses and validates a device configuration (YAML or
-// JSON). Unknown fields are errors.
-func ParseDeviceConfig(data []byte) (*DeviceConfig, error) {
+// JSON), such as HAMi's stock device-config.yaml as its chart renders it.
+// Sections and fields this plugin does not use are ignored with one warning on
+// log naming them all; a typo of a field it uses, a wrong type or an invalid
+// value is an error naming the field.
+func ParseDeviceConfig(data []byte, log logr.Logger) (*DeviceConfig, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse device config: %w", err)
+	}
 	var c DeviceConfig
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	ignored, err := decodeTolerant(j, &c, deviceGuarded)
+	if err != nil {
 		return nil, fmt.Errorf("parse device config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("device config: %w", err)
 	}
+	if len(ignored) > 0 {
+		log.Info("Warning: ignoring device config fields this plugin does not use", "fields", ignored)
+	}
 	return &c, nil
 }
 
-// ParsePluginConfig parses and validates a config.json. Unknown fields are
-// errors.
-func ParsePluginConfig(data []byte) (*PluginConfig, error) {
+// ParsePluginConfig parses and validates a config.json, such as HAMi's own.
+// Fields this plugin does not use are ignored with one warning on log naming
+// them; a typo of a field it uses, a wrong type or an invalid value is an
+// error naming the field.
+func ParsePluginConfig(data []byte, log logr.Logger) (*PluginConfig, error) {
 	var c PluginConfig
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	ignored, err := decodeTolerant(data, &c, pluginGuarded)
+	if err != nil {
 		return nil, fmt.Errorf("parse plugin config: %w", err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("parse plugin config: trailing data after the JSON object")
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("plugin config: %w", err)
+	}
+	if len(ignored) > 0 {
+		log.Info("Warning: ignoring plugin config fields this plugin does not use", "fields", ignored)
 	}
 	return &c, nil
 }
 
 // LoadDeviceConfig reads and parses path; an empty path yields an empty config.
-func LoadDeviceConfig(path string) (*DeviceConfig, error) {
+func LoadDeviceConfig(path string, log logr.Logger) (*DeviceConfig, error) {
 	if path == "" {
 		return &DeviceConfig{Version: Version}, nil
 	}
@@ -49,7 +68,7 @@ func LoadDeviceConfig(path string) (*DeviceConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read device config: %w", err)
 	}
-	c, err := ParseDeviceConfig(data)
+	c, err := ParseDeviceConfig(data, log.WithValues("file", path))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -58,7 +77,7 @@ func LoadDeviceConfig(path string) (*DeviceConfig, error) {
 
 // LoadPluginConfig reads and parses path; an empty or absent path yields an
 // empty config (HAMi mounts config.json from an optional ConfigMap key).
-func LoadPluginConfig(path string) (*PluginConfig, error) {
+func LoadPluginConfig(path string, log logr.Logger) (*PluginConfig, error) {
 	if path == "" {
 		return &PluginConfig{Version: Version}, nil
 	}
@@ -69,7 +88,7 @@ func LoadPluginConfig(path string) (*PluginConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read plugin config: %w", err)
 	}
-	c, err := ParsePluginConfig(data)
+	c, err := ParsePluginConfig(data, log.WithValues("file", path))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

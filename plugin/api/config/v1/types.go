@@ -3,8 +3,11 @@
 // and the per-node overrides (HAMi's config.json, "nodeconfig" entries).
 //
 // Fields are pointers so that "unset" differs from a zero value: a node entry
-// overrides only what it sets. Parsing is strict: an unknown field is an
-// error naming the field, so a typo never silently changes behaviour.
+// overrides only what it sets. Parsing reads HAMi's own files as they are:
+// fields this plugin does not use (other vendors' sections, HAMi fields it has
+// no use for) are ignored with one warning naming them, while a typo of a
+// field it does use, a wrong type or an invalid value is an error naming the
+// field.
 package v1
 
 // Version is the only config version this package accepts. An empty version
@@ -45,7 +48,7 @@ type DeviceConfig struct {
 }
 
 // NvidiaConfig is the "nvidia:" section. Field names and meanings follow
-// HAMi so an existing section parses; only the fields listed are accepted.
+// HAMi so an existing section parses; other fields are ignored (ParseDeviceConfig).
 type NvidiaConfig struct {
 	ResourceCountName            *string `json:"resourceCountName,omitempty"`
 	ResourceMemoryName           *string `json:"resourceMemoryName,omitempty"`
@@ -78,12 +81,12 @@ type NvidiaConfig struct {
 
 // NodeDefaults are the settings a node entry may override.
 type NodeDefaults struct {
-	DeviceSplitCount          *uint    `json:"deviceSplitCount,omitempty"`
-	DeviceMemoryScaling       *float64 `json:"deviceMemoryScaling,omitempty"`
-	DeviceCoreScaling         *float64 `json:"deviceCoreScaling,omitempty"`
-	PreConfiguredDeviceMemory *int64   `json:"preConfiguredDeviceMemory,omitempty"`
-	LibCudaLogLevel           *string  `json:"libCudaLogLevel,omitempty"`
-	EnableNumaTopology        *bool    `json:"enableNumaTopology,omitempty"`
+	DeviceSplitCount          *uint     `json:"deviceSplitCount,omitempty"`
+	DeviceMemoryScaling       *float64  `json:"deviceMemoryScaling,omitempty"`
+	DeviceCoreScaling         *float64  `json:"deviceCoreScaling,omitempty"`
+	PreConfiguredDeviceMemory *int64    `json:"preConfiguredDeviceMemory,omitempty"`
+	LibCudaLogLevel           *LogLevel `json:"libCudaLogLevel,omitempty"`
+	EnableNumaTopology        *bool     `json:"enableNumaTopology,omitempty"`
 }
 
 // PluginConfig is the plugin's config.json: per-node overrides. JSON keys
@@ -102,7 +105,7 @@ type NodeConfig struct {
 	DeviceMemoryScaling          *float64       `json:"devicememoryscaling,omitempty"`
 	DeviceCoreScaling            *float64       `json:"devicecorescaling,omitempty"`
 	PreConfiguredDeviceMemory    *int64         `json:"preconfigureddevicememory,omitempty"`
-	LibCudaLogLevel              *string        `json:"libcudaloglevel,omitempty"`
+	LibCudaLogLevel              *LogLevel      `json:"libcudaloglevel,omitempty"`
 	EnableNumaTopology           *bool          `json:"enablenumatopology,omitempty"`
 	LimitDelivery                *LimitDelivery `json:"limitdelivery,omitempty"`
 }

@@ -26,6 +26,7 @@ func (c *DeviceConfig) Validate() error {
 		}
 	}
 	errs = append(errs, validateNodeDefaults("nvidia.", n.DeviceSplitCount, n.DeviceMemoryScaling, n.DeviceCoreScaling)...)
+	errs = append(errs, validateLogLevel("nvidia.libCudaLogLevel", n.LibCudaLogLevel)...)
 	return errors.Join(errs...)
 }
 
@@ -47,6 +48,7 @@ func (c *PluginConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%soperatingmode: %q is not one of hami-core|mig", where, *e.OperatingMode))
 		}
 		errs = append(errs, validateNodeDefaults(where, e.DeviceSplitCount, e.DeviceMemoryScaling, e.DeviceCoreScaling)...)
+		errs = append(errs, validateLogLevel(where+"libcudaloglevel", e.LibCudaLogLevel)...)
 	}
 	return errors.Join(errs...)
 }
@@ -54,6 +56,13 @@ func (c *PluginConfig) Validate() error {
 func validateVersion(v string) error {
 	if v != "" && v != Version {
 		return fmt.Errorf("version: %q is not supported (want %q)", v, Version)
+	}
+	return nil
+}
+
+func validateLogLevel(where string, l *LogLevel) []error {
+	if l != nil && !l.Valid() {
+		return []error{fmt.Errorf("%s: %q is not a log level: use 0 (silent), 1 (errors), 2 (warnings), 3 (info) or 4 (debug)", where, string(*l))}
 	}
 	return nil
 }

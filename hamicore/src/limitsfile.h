@@ -1,5 +1,12 @@
 /*
- * The limits loader: a PURE function of (file bytes, environment lookup) → configuration plus
+ * The limits FILE (/overrideEnv) and its resolution against the environment — not the compute
+ * limiter (limiter.h). Split by concern:
+ *   limitsfile_vars.c       the variables, their names, the memory grammar, diagnostics
+ *   limitsfile_reader.c     the streaming line reader
+ *   limitsfile_resolve.c    file + environment -> configuration
+ *   limitsfile_canonical.c  the forms the shared test vectors compare
+ *
+ * The loader is a PURE function of (file bytes, environment lookup) → configuration plus
  * diagnostics. No I/O, no allocation, no global state: the library, the unit tests and the fuzz
  * target all drive the same code, and config.c does the (only) file I/O around it.
  *
@@ -7,8 +14,8 @@
  * (e.g. one with a 1 MiB line) is handled in fixed memory: an over-long line is counted, skipped
  * and never stored.
  */
-#ifndef LB_LIMITS_H
-#define LB_LIMITS_H
+#ifndef LB_LIMITSFILE_H
+#define LB_LIMITSFILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +47,6 @@ enum lb_var {
     LB_VAR_PRIORITY,                               /* CUDA_TASK_PRIORITY */
     LB_VAR_LOG_LEVEL,                              /* LIBCUDA_LOG_LEVEL */
     LB_VAR_HOSTPID_BROKER,                         /* LIBVGPU_HOSTPID_BROKER */
-    LB_VAR_DISABLE_CONTROL,                        /* CUDA_DISABLE_CONTROL */
     LB_VAR_FORMAT,                                 /* HAMI_LIMITS_FORMAT */
     LB_VAR_COUNT
 };
@@ -102,7 +108,6 @@ struct lb_config {
     uint8_t oversubscribe;
     uint8_t policy;   /* LB_POLICY_* */
     uint8_t hostpid_broker;
-    uint8_t disable_control;
     int8_t log_level;
     int32_t priority;
     uint32_t format;  /* HAMI_LIMITS_FORMAT, 0 = not given */
@@ -111,6 +116,8 @@ struct lb_config {
 typedef const char *(*lb_getenv_fn)(const char *name, void *ctx);
 
 const char *lb_var_name(int var, char *buf, size_t size);
+/* Key -> variable id; -1 for a key libvgpu does not read (incl. indexes >= 16). */
+int lb_var_lookup(const char *k, size_t n);
 int lb_var_is_memory(int var);
 
 void lb_diag_add(struct lb_diags *dg, int level, uint32_t line, int skipped_line, const char *fmt, ...)
@@ -121,7 +128,9 @@ void lb_reader_init(struct lb_reader *r, struct lb_file_vars *fv, struct lb_diag
 void lb_reader_feed(struct lb_reader *r, const char *p, size_t n);
 void lb_reader_finish(struct lb_reader *r);
 
-/* fv == NULL: no file. Values from fv replace the environment's, variable by variable. */
+/* fv == NULL: no file (env mode): everything from the environment, as upstream. fv != NULL (file
+ * mode): the file alone governs every variable but LIBCUDA_LOG_LEVEL, which the environment may
+ * set; a key the file lacks takes the library's default, never the environment's value. */
 void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int legacy, struct lb_config *cfg,
                 struct lb_diags *dg);
 
@@ -137,5 +146,7 @@ uint64_t lb_parse_memory_legacy(const char *s);
 /* The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
  * parsed.env form of testdata/limits). Returns the length (truncated to size-1). */
 size_t lb_file_vars_canonical(const struct lb_file_vars *fv, char *buf, size_t size);
+/* The resolved configuration in the resolved.env form of testdata/limits. */
+size_t lb_config_canonical(const struct lb_config *cfg, char *buf, size_t size);
 
 #endif

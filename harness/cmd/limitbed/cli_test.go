@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/tiers"
+)
+
+// TestHelpDescribesWhatExists pins the help texts to the code: no command says a tier is missing
+// that the repository has, and e2e names the runner that make e2e uses.
+func TestHelpDescribesWhatExists(t *testing.T) {
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), nil, &out, &errb); code != 2 {
+		t.Fatalf("no arguments: exit %d, want 2 (usage)", code)
+	}
+	usage := errb.String()
+	for _, c := range commands {
+		if !strings.Contains(usage, "  "+c.name+" ") {
+			t.Errorf("usage does not list %q:\n%s", c.name, usage)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"e2e", "--help"}, &out, &errb); code != 0 {
+		t.Fatalf("e2e --help: exit %d, stderr %s", code, errb.String())
+	}
+	help := usage + errb.String()
+	for _, stale := range []string{"not yet", "not available", "does not exist"} {
+		if strings.Contains(help, stale) {
+			t.Errorf("help says %q:\n%s", stale, help)
+		}
+	}
+	if !strings.Contains(errb.String(), "scripts/e2e.sh") || !strings.Contains(errb.String(), "make e2e") {
+		t.Errorf("e2e --help does not name its runner:\n%s", errb.String())
+	}
+	// The runner it names exists and is what make e2e calls, running the kind-tagged tests.
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "e2e.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "-tags kind") || !strings.Contains(string(script), "./harness/e2e/") {
+		t.Errorf("scripts/e2e.sh no longer runs the kind tier's tests (go test -tags kind ./harness/e2e/)")
+	}
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "@scripts/e2e.sh") {
+		t.Errorf("make e2e no longer runs scripts/e2e.sh: limitbed e2e and make e2e would differ")
+	}
+}
+
+// TestDoctorReportsProbes: one line per tier, each the verdict of the same probe that the
+// testscript conditions use, with a fix for every "no".
+func TestDoctorReportsProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("probes docker, kind and nvidia-smi: skipped with -short")
+	}
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"doctor"}, &out, &errb); code != 0 {
+		t.Fatalf("doctor: exit %d, stderr %s", code, errb.String())
+	}
+	want := tiers.Probe(context.Background(), slog.New(slog.DiscardHandler), root)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	i := 0
+	for _, r := range want {
+		if i >= len(lines) {
+			t.Fatalf("doctor output ends before tier %s:\n%s", r.Tier, out.String())
+		}
+		verdict := "yes: "
+		if !r.OK {
+			verdict = "no: "
+		}
+		if f := strings.Fields(lines[i]); len(f) < 2 || f[0] != r.Tier || f[1]+" " != verdict {
+			t.Errorf("line %q: want tier %s %s(probe: %+v)", lines[i], r.Tier, verdict, r)
+		}
+		i++
+		if !r.OK {
+			if i >= len(lines) || !strings.Contains(lines[i], "fix: "+r.Fix) {
+				t.Errorf("tier %s is unavailable but doctor gives no fix line", r.Tier)
+			}
+			i++
+		}
+	}
+	if strings.Contains(out.String(), "does not exist") {
+		t.Errorf("doctor claims a tier does not exist:\n%s", out.String())
+	}
+}
+
+// TestMatrixScriptWithoutEngine: without root and without a Docker engine, make matrix's script
+// installs nothing and stops with exit 2 and the command that fixes it, instead of reporting every
+// cell as a mismatch. As root the test drops to nobody; DOCKER_HOST points at no engine.
+func TestMatrixScriptWithoutEngine(t *testing.T) {
+	root, err := sandbox.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{filepath.Join(root, "scripts", "matrix.sh")}
+	if os.Geteuid() == 0 {
+		argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock", "HOME=/nonexistent")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("scripts/matrix.sh without root or engine: %v, want exit 2; output:\n%s", err, out)
+	}
+	for _, want := range []string{"no Docker engine answers", "sudo scripts/install-deps.sh", "sudo make matrix"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not say %q:\n%s", want, out)
+		}
+	}
+}

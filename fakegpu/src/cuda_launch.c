@@ -75,8 +75,8 @@ FG_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
 }
 
 /* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
- * pass a dummy one without loading a module. */
-static CUresult launch(CUfunction f, uint64_t blocks) {
+ * pass a dummy one without loading a module. Graph launches run their kernel nodes through it. */
+CUresult fg_launch(CUfunction f, uint64_t blocks) {
     fg_ctx *c;
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -111,10 +111,14 @@ static CUresult launch(CUfunction f, uint64_t blocks) {
 FG_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-    (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+    (void)sharedMemBytes, (void)kernelParams, (void)extra;
     if (!blockDimX || !blockDimY || !blockDimZ || (uint64_t)blockDimX * blockDimY * blockDimZ > 1024)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
-    return launch(f, (uint64_t)gridDimX * gridDimY * gridDimZ);
+    CUresult r;
+    uint64_t blocks = (uint64_t)gridDimX * gridDimY * gridDimZ;
+    if (f && blocks && fg_cu_ready() == CUDA_SUCCESS && fg_capture_kernel(hStream, f, blocks, &r))
+        return r; /* a capturing stream records the launch as a kernel node */
+    return fg_launch(f, blocks);
 }
 
 FG_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

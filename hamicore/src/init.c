@@ -4,7 +4,8 @@
  *   1. configuration: /overrideEnv, then the environment (config.c), before anything else;
  *   2. logging: the level is now known; diagnostics collected so far are printed;
  *   3. the shared region (usage.cache) and this process's slot (region.c);
- *   4. fork handling: a child gets its own slot at its first allocation.
+ *   4. fork handling (handlers registered at load): a child gets its own slot at its first
+ *      allocation.
  * Driver symbols are resolved lazily, on first use (symbols.c).
  */
 #include "init.h"
@@ -15,33 +16,48 @@
 #include "context.h"
 #include "limiter.h"
 #include "log.h"
-#include "memory.h"
 #include "region.h"
 
 _Atomic int lb_state = LB_STATE_UNINIT;
 _Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void atfork_child(void)
+/* fork: each module registers its own handlers (memory, vmm, graph, reserve, region); these
+ * are the initialisation's. A fork while another thread initialises waits for it (prepare), so
+ * the child never inherits a half-done initialisation nor a lock held by it. */
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void fork_prepare(void) { pthread_mutex_lock(&g_init_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_init_mu); }
+static void fork_child(void)
 {
-    /* The child is a new process: it must not charge the parent's slot nor free the parent's
-     * pointers. Only flags are touched here; the new slot is claimed lazily. */
-    lb_region_after_fork();
-    lb_memory_after_fork();
+    pthread_mutex_unlock(&g_init_mu);
+    /* The child is a new process: it must not charge the parent's slot. Only flags are touched
+     * here; the new slot is claimed lazily. */
     lb_ctx_changed_all();
-    lb_limiter_after_fork();
+    if (atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE)
+        lb_limiter_after_fork();
+}
+
+/* Registration only, when the library is loaded: no work in a constructor. After every other
+ * module's (priority 101): prepare handlers run in reverse order, so this one takes the
+ * initialisation lock before any module lock the initialisation itself may take. */
+static void __attribute__((constructor(102))) init_register_fork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static void init_once(void)
 {
+    pthread_mutex_lock(&g_init_mu);
     lb_guard_enter();
     lb_config_load();
     /* No opt-out here: CUDA_DISABLE_CONTROL is the device plugin's (it leaves out the preload). */
     lb_region_init(&lb_cfg);
     lb_limiter_init();
-    pthread_atfork(NULL, NULL, atfork_child);
     lb_guard_leave();
     atomic_store_explicit(&lb_state, LB_STATE_ENFORCE, memory_order_release);
+    pthread_mutex_unlock(&g_init_mu);
 }
 
 int lb_active_slow(void)

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "devmap.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"
@@ -122,7 +123,7 @@ static int container_util(int d, uint64_t launched_in_window)
     __typeof__(&nvmlDeviceGetProcessUtilization) per_proc = LB_REAL(nvmlDeviceGetProcessUtilization);
     __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
     nvmlDevice_t h;
-    if (!by_index || by_index((unsigned)d, &h) != NVML_SUCCESS)
+    if (!by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS) /* d: a CUDA ordinal */
         return -1;
     int found = 0;
     unsigned sum = 0;

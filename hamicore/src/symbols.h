@@ -31,6 +31,13 @@ __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
 __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
+__typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
+__typeof__(cuGraphUpload) cuGraphUpload_ptsz;
+LB_EXPORT CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
+    LB_SYMBOL(cuGraphInstantiate);
+CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n);
+/* Its parameter struct is only passed through (opaque here). */
+CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void *params);
 __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
 
 enum lb_sym_id {
@@ -55,6 +62,8 @@ static inline void *lb_real_get(int id)
 #define LB_REAL(w) ((__typeof__(&w))lb_real_get(LB_ID_##w))
 
 /* glibc's dlsym (never our interposed one). */
+typedef void *(*dlsym_fn)(void *, const char *);
+dlsym_fn lb_real_dlsym_fn(void);
 void *lb_real_dlsym(void *handle, const char *name);
 /* Our wrapper for an interposed name, or NULL. */
 void *lb_sym_wrapper_by_name(const char *name);

@@ -47,6 +47,16 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                        void **kernelParams);
+
+/* The kernel whose first parameter (u64) is the ns each wave of sm_count blocks runs. */
+#define FG_SPIN_KERNEL "fakegpu_spin"
+/* Simulated duration of one kernel: the spin kernel's own, else the profile's launch_ns +
+ * block_ns per block (or FAKEGPU_LAUNCH_NS). Graph kernel nodes are priced the same way. */
+uint64_t fg_cu_kernel_ns(CUfunction f, uint64_t blocks, void **params, unsigned sm_count);
 
 /* FG_IS_NONE(x) is 1 for the token NONE and 0 for any identifier (the usual probe idiom), so
  * that cuda_api.def's per_thread column can be turned into "no symbol" without a second list. */

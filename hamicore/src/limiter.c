@@ -1,28 +1,33 @@
 /*
- * Compute limiter. A device with CUDA_DEVICE_SM_LIMIT = T (1..99 %) gets a token bucket; a launch
- * costs its grid's thread blocks (as upstream) and waits while the bucket is empty (the last
- * launch may overdraw it: progress for any grid size, the debt delays the next ones).
+ * Compute limiter. A device with CUDA_DEVICE_SM_LIMIT = T (1..99 %) gets a budget that launches
+ * draw from and wait on (the launch that empties it may overdraw it: progress for any kernel, the
+ * debt delays the next ones). The loop is closed on measured busy time, not on a model of what a
+ * kernel costs:
  *
- * The refill rate is learned, not configured: what a block costs in GPU time depends on the
- * kernel. A watcher thread (started by the first throttled launch, never when nothing is limited)
- * refills every 10 ms and every 100 ms compares two figures over the same trailing 1 s window:
- *   r  blocks this process launched per second on the device;
- *   U  the container's utilisation of the device in percent (NVML, samples of the container's
- *      processes; the whole device when they cannot be told apart).
- * U / r is the cost of a block, so T / (U / r) = r * T / U is the rate that would make U = T.
- * Every process of the container runs this loop against the same U, so their rates scale by the
- * same T / U and the container total converges to T. Rates go down at once and up by halves, at
- * most x4 per step; with no measurable U (nothing ran yet) the rate doubles.
+ *   U  the container's utilisation of the device in percent over the last second (NVML samples of
+ *      the container's processes; the whole device when they cannot be told apart);
+ *   r  the launch units this process charged over the same second, a unit being a kernel plus
+ *      one per SM-count of its thread blocks ("waves"). A unit is only a pacing grain between
+ *      two control steps: what it costs in GPU time is measured, U / r, every 100 ms.
+ *
+ * Every 100 ms the rate becomes r * T' / U, moved half-way (bounded x4 up, /4 down per step), so a
+ * change of kernel shapes is corrected within a few steps. T' = T + D / TAU, where D, the
+ * integral of (T - U) over the run (percent-seconds, counted while the process wanted more than
+ * it was given, or was over), removes what the ratio step leaves over: the mix of kernels between
+ * the window's launches and its busy time, the lag of the 1 s samples, rounding of U. With D the
+ * long-run busy time is T * t up to a bounded remainder whatever the kernels are. Every process of
+ * the container runs this loop against the same U, so the container total converges to T.
  *
  * Policy (GPU_CORE_UTILIZATION_POLICY of this process, as upstream): "disable" never limits;
- * "force" always does; "default" limits while the region's util_switch is 1 (stamped 1; a monitor
- * may clear it when the GPU is not shared, as HAMi's does).
+ * "force" always does; "default" limits while the region's util_switch is 1 (stamped 1; the node
+ * monitor writes it from the other containers' recent launches on the same GPU, docs/hamicore.md).
  */
 #include "limiter.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,26 +40,32 @@
 
 #define TICK_NS 10000000LL  /* refill every 10 ms */
 #define PERIOD_TICKS 10     /* control step every 100 ms */
+#define PERIOD_S 0.1
 #define WINDOW 10           /* periods in the 1 s window (NVML's sampling window on fakegpu, upstream's "now - 1 s") */
-#define MILLI 1000LL        /* tokens are milli-blocks */
-#define RATE_START (200 * MILLI)      /* blocks/s before anything was measured */
-#define RATE_MIN (1 * MILLI)          /* never starve: at least a block a second */
+#define MILLI 1000LL        /* tokens are milli-units */
+#define RATE_START (200 * MILLI)      /* units/s before anything was measured */
+#define RATE_MIN (1 * MILLI)          /* never starve: at least a unit a second */
 #define RATE_MAX (1000000000LL * MILLI)
+#define TAU_S 2.0           /* time constant of the integral term */
+#define DEFICIT_MAX 40.0    /* percent-seconds: bounds what one episode can carry over */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
 #define MAX_SAMPLES 256
 
 int lb_launch_limited;
 
 struct bucket {
-    _Atomic int64_t tokens;     /* milli-blocks; launches wait while <= 0 */
-    _Atomic int64_t rate;       /* milli-blocks per second */
-    _Atomic uint64_t launched;  /* blocks charged, ever */
+    _Atomic int64_t tokens;     /* milli-units; launches wait while <= 0 */
+    _Atomic int64_t rate;       /* milli-units per second */
+    _Atomic uint64_t launched;  /* milli-units charged, ever */
     _Atomic int in_use;         /* a throttled launch happened: the watcher serves this device */
+    _Atomic int hungry;         /* a launch waited since the last control step */
+    _Atomic uint32_t sm;        /* SM count (blocks per unit), 0 until asked */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* watcher-only state */
     uint64_t seen;              /* `launched` at the previous control step */
-    uint64_t ring[WINDOW];      /* blocks launched per period, last WINDOW periods */
-    unsigned head;
+    uint64_t ring[WINDOW];      /* milli-units launched per period, last WINDOW periods */
+    unsigned head, steps;
+    double deficit;             /* integral of (T - U), percent-seconds */
 };
 
 static struct bucket g_b[LB_REGION_MAX_DEVICES];
@@ -160,22 +171,42 @@ static void control(int d, struct bucket *b)
     b->ring[b->head] = launched - b->seen;
     b->head = (b->head + 1) % WINDOW;
     b->seen = launched;
-    uint64_t blocks = 0; /* in the 1 s window = blocks per second */
+    uint64_t units = 0; /* milli-units in the 1 s window = milli-units per second */
     for (int i = 0; i < WINDOW; i++)
-        blocks += b->ring[i];
-    int u = container_util(d, blocks);
-    int64_t rate = atomic_load(&b->rate), next = rate;
+        units += b->ring[i];
+    int hungry = atomic_exchange(&b->hungry, 0);
+    int u = container_util(d, units);
     if (u < 0)
         return; /* no reading: keep the rate */
-    if (u == 0 || blocks == 0) {
-        if (blocks > 0)
+    double t = b->limit;
+    /* The integral starts once the window holds a full second of this process's launches (the
+     * first readings are of a ramp); it counts a shortfall only while launches were held back,
+     * so an idle or lightly loaded process does not save up a burst. */
+    if (++b->steps > WINDOW && (hungry || u > t)) {
+        b->deficit += (t - u) * PERIOD_S;
+        if (b->deficit > DEFICIT_MAX)
+            b->deficit = DEFICIT_MAX;
+        if (b->deficit < -DEFICIT_MAX)
+            b->deficit = -DEFICIT_MAX;
+    }
+    double te = t + b->deficit / TAU_S;
+    if (te < t / 4)
+        te = t / 4;
+    if (te > 2 * t)
+        te = 2 * t;
+    if (te > 100)
+        te = 100;
+    int64_t rate = atomic_load(&b->rate), next = rate;
+    if (u == 0 || units == 0) {
+        if (units > 0)
             next = rate * 2; /* ran, but too little to show: find the scale quickly */
     } else {
-        double target = (double)blocks * MILLI * b->limit / u;
-        if (target < (double)rate)
-            next = (int64_t)target;
-        else
-            next = (int64_t)(((double)rate + target) / 2 < (double)rate * 4 ? ((double)rate + target) / 2 : (double)rate * 4);
+        double target = (double)units * te / u, half = ((double)rate + target) / 2;
+        if (half > (double)rate * 4)
+            half = (double)rate * 4;
+        if (half < (double)rate / 4)
+            half = (double)rate / 4;
+        next = (int64_t)half;
     }
     if (next < RATE_MIN)
         next = RATE_MIN;
@@ -247,13 +278,27 @@ static int ensure_watcher(void)
     return 1;
 }
 
-void lb_limiter_take(int dev, uint64_t blocks)
+static uint32_t sm_count(int dev)
+{
+    __typeof__(&cuDeviceGetAttribute) attr = LB_REAL(cuDeviceGetAttribute);
+    int v = 0;
+    if (!attr || attr(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)dev) != CUDA_SUCCESS || v <= 0)
+        v = 1;
+    return (uint32_t)v;
+}
+
+void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct bucket *b = &g_b[dev];
     if (!b->limit || (lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load(&lb_region->util_switch)))
         return;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed))
         atomic_store(&b->in_use, 1);
+    uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
+    if (!sm)
+        atomic_store(&b->sm, sm = sm_count(dev));
+    if (atomic_load(&b->tokens) <= 0)
+        atomic_store(&b->hungry, 1);
     while (atomic_load(&b->tokens) <= 0) {
         /* Re-checked while waiting: the watcher may have left idle just before we came. */
         if (!ensure_watcher())
@@ -262,7 +307,39 @@ void lb_limiter_take(int dev, uint64_t blocks)
         nanosleep(&ts, NULL);
     }
     ensure_watcher();
-    int64_t cost = blocks > (uint64_t)(RATE_MAX / MILLI) ? RATE_MAX : (int64_t)blocks * MILLI;
+    /* units = kernels + blocks / SMs, in milli-units, saturating */
+    uint64_t cap = (uint64_t)(RATE_MAX / MILLI);
+    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
+    uint64_t frac = blocks / sm < cap ? (blocks % sm) * MILLI / sm : 0;
+    int64_t cost = (int64_t)((k + w) * MILLI + frac);
+    if (cost > RATE_MAX)
+        cost = RATE_MAX;
     atomic_fetch_sub(&b->tokens, cost);
-    atomic_fetch_add(&b->launched, blocks);
+    atomic_fetch_add(&b->launched, (uint64_t)cost);
+}
+
+/* Once per monitor period per container (the monitor clears the word): also stamp the GPUs'
+ * UUIDs, so the monitor knows which containers share a physical GPU. */
+void lb_mark_launch_slow(void)
+{
+    static _Atomic int stamped; /* this process stamped the UUIDs it can see */
+    struct lb_region_header *h = lb_region;
+    if (!atomic_exchange(&stamped, 1)) {
+        __typeof__(&cuDeviceGetCount) count = LB_REAL(cuDeviceGetCount);
+        __typeof__(&cuDeviceGet) get = LB_REAL(cuDeviceGet);
+        __typeof__(&cuDeviceGetUuid) uuid = LB_REAL(cuDeviceGetUuid);
+        int n = 0;
+        if (count && get && uuid && count(&n) == CUDA_SUCCESS) {
+            for (int i = 0; i < n && i < LB_REGION_MAX_DEVICES; i++) {
+                CUdevice d;
+                CUuuid id;
+                static const uint8_t zero[16];
+                if (get(&d, i) != CUDA_SUCCESS || uuid(&id, d) != CUDA_SUCCESS)
+                    continue;
+                if (!memcmp(h->dev_uuid[i], zero, sizeof zero))
+                    memcpy(h->dev_uuid[i], id.bytes, sizeof id.bytes);
+            }
+        }
+    }
+    atomic_store_explicit(&h->recent_kernel, 1, memory_order_relaxed);
 }

@@ -32,6 +32,7 @@ __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
 __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
+__typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_ptsz;
 
 enum lb_sym_id {
 #define LB_HOOK(lib, name, sym, w, since, until, ptds) LB_ID_##w,

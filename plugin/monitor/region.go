@@ -49,9 +49,13 @@ const (
 	offUsedTotal    = 320 // u64[16]
 	offUtilSwitch   = 448
 	offHdrReserved0 = 452
-	offHdrReserved  = 456 // u64[71]
+	offRecentKernel = 456
+	offHdrReserved1 = 460
+	offDevUUID      = 464 // [16][16]byte
+	offHdrReserved  = 720 // u64[38]
 	mutexBytes      = 64
-	hdrReservedN    = 71
+	hdrReservedN    = 38
+	uuidBytes       = 16
 
 	// struct lb_region_slot
 	offSlotState     = 0

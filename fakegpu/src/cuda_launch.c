@@ -3,7 +3,7 @@
  * device's timeline in the shared state (profile launch_ns + block_ns per thread block, or
  * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
  * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
- * than FG_MAX_BACKLOG of work is already queued on the device.
+ * than FG_MAX_BACKLOG of its context's work is still queued.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -111,7 +111,10 @@ static CUresult launch(CUfunction f, uint64_t blocks, void **params) {
     for (;;) {
         if (fg_state_lock(&fg_cu.st) != 0)
             return CUDA_ERROR_UNKNOWN;
-        uint64_t now = fg_now_ns(), busy = fg_cu.st.sh->unit[unit].busy_until;
+        /* The bound is per context, like a real GPU's per-channel launch queue: one process
+         * filling its queue must not keep another's launches out (a GPU time-slices between
+         * contexts; one FIFO shared by all would starve every launcher but the greediest). */
+        uint64_t now = fg_now_ns(), busy = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
         if (busy > now + FG_MAX_BACKLOG) { /* queue full: wait outside the lock */
             fg_state_unlock(&fg_cu.st);
             uint64_t wait = busy - now - FG_MAX_BACKLOG;

@@ -10,7 +10,7 @@
  *      one per SM-count of its thread blocks ("waves"). A unit is only a pacing grain between
  *      two control steps: what it costs in GPU time is measured, U / r, every 100 ms.
  *
- * Every 100 ms the rate becomes r * T' / U, moved half-way (bounded x4 up, /4 down per step), so a
+ * Every 100 ms the rate becomes r * T' / U, moved half-way (bounded x1.5 up, /4 down per step), so a
  * change of kernel shapes is corrected within a few steps. T' = T + D / TAU, where D, the
  * integral of (T - U) over the run (percent-seconds, counted while the process wanted more than
  * it was given, or was over), removes what the ratio step leaves over: the mix of kernels between
@@ -47,7 +47,7 @@
 #define RATE_MIN (1 * MILLI)          /* never starve: at least a unit a second */
 #define RATE_MAX (1000000000LL * MILLI)
 #define TAU_S 2.0           /* time constant of the integral term */
-#define DEFICIT_MAX 40.0    /* percent-seconds: bounds what one episode can carry over */
+#define INTEGRAL_SHARE 0.25 /* the integral moves the target by at most a quarter of T */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
 #define MAX_SAMPLES 256
 
@@ -183,27 +183,29 @@ static void control(int d, struct bucket *b)
      * first readings are of a ramp); it counts a shortfall only while launches were held back,
      * so an idle or lightly loaded process does not save up a burst. */
     if (++b->steps > WINDOW && (hungry || u > t)) {
+        /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
+         * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
+        double dmax = t * TAU_S * INTEGRAL_SHARE;
         b->deficit += (t - u) * PERIOD_S;
-        if (b->deficit > DEFICIT_MAX)
-            b->deficit = DEFICIT_MAX;
-        if (b->deficit < -DEFICIT_MAX)
-            b->deficit = -DEFICIT_MAX;
+        if (b->deficit > dmax)
+            b->deficit = dmax;
+        if (b->deficit < -dmax)
+            b->deficit = -dmax;
     }
     double te = t + b->deficit / TAU_S;
-    if (te < t / 4)
-        te = t / 4;
-    if (te > 2 * t)
-        te = 2 * t;
     if (te > 100)
         te = 100;
     int64_t rate = atomic_load(&b->rate), next = rate;
+    /* Up by at most x2 per step while ramping (the first window), x1.5 afterwards: work that has
+     * not shown in U yet (queued behind other processes') must not make the rate run away. */
+    double up = b->steps <= WINDOW ? 2 : 1.5;
     if (u == 0 || units == 0) {
         if (units > 0)
-            next = rate * 2; /* ran, but too little to show: find the scale quickly */
+            next = (int64_t)((double)rate * up); /* ran, but too little to show yet */
     } else {
         double target = (double)units * te / u, half = ((double)rate + target) / 2;
-        if (half > (double)rate * 4)
-            half = (double)rate * 4;
+        if (half > (double)rate * up)
+            half = (double)rate * up;
         if (half < (double)rate / 4)
             half = (double)rate / 4;
         next = (int64_t)half;

@@ -19,9 +19,10 @@
  *
  * Work is counted in nominal ns: the spin duration times the waves of the grid (ceil(blocks /
  * SMs)), which is exactly what fakegpu charges; on a real GPU a fraction is only meaningful
- * divided by the same workload's unlimited fraction. Windows end with cuCtxSynchronize, so a
- * window's fraction is the work launched in it over its wall time including the drain.
- * One JSON line.
+ * divided by the same workload's unlimited fraction. A window's fraction is the work launched in
+ * it over its wall time: without a sync at its end (a sync would stall the launcher behind other
+ * processes' queued work), so the first window of an unthrottled run also counts the queue it
+ * filled (up to the driver's launch queue, ~1 s of work). One JSON line.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -227,8 +228,6 @@ int main(int argc, char **argv)
         work_ns += nominal, win_ns += nominal;
         double t = now_s();
         if (t - wstart >= window) {
-            sr = sync();
-            t = now_s();
             if (nwin < MAX_WINDOWS)
                 win[nwin++] = win_ns / 1e9 / (t - wstart);
             win_ns = 0, wstart = t;

@@ -1,7 +1,8 @@
 // Command vgpu-monitor removes what dead pods left under
 // <HOOK_PATH>/vgpu/containers (cache directories, .limits files, temporary
-// files of interrupted writes) and exports per-container limits and usage
-// as Prometheus metrics.
+// files of interrupted writes), exports per-container limits and usage
+// as Prometheus metrics, and decides the `default` compute policy of every
+// container (util_switch in its usage region).
 package main
 
 import (
@@ -34,6 +35,7 @@ type options struct {
 	podResources   string
 	grace          time.Duration
 	interval       time.Duration
+	feedback       time.Duration
 	metricsAddress string
 }
 
@@ -66,6 +68,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
 	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
 	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
+	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -76,6 +79,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	}
 	if o.nodeName == "" {
 		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
+	}
+	if o.feedback < 0 {
+		return options{}, fmt.Errorf("--feedback-interval (FEEDBACK_INTERVAL) must not be negative, got %v", o.feedback)
 	}
 	if o.interval <= 0 {
 		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
@@ -109,7 +115,11 @@ func serve(ctx context.Context, o options) error {
 		}()
 		defer srv.Shutdown(context.Background())
 	}
-	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval)
+	if o.feedback > 0 {
+		f := &monitor.Feedback{Dir: dir, Hold: 2 * o.feedback, Logger: logger.WithName("compute-policy")}
+		go f.Run(ctx, o.feedback)
+	}
+	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval, "feedback", o.feedback)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {

@@ -10,8 +10,9 @@
  *      one per SM-count of its thread blocks ("waves"). A unit is only a pacing grain between
  *      two control steps: what it costs in GPU time is measured, U / r, every 100 ms.
  *
- * Every 100 ms the rate becomes r * T' / U, moved half-way (bounded x1.5 up, /4 down per step), so a
- * change of kernel shapes is corrected within a few steps. T' = T + D / TAU, where D, the
+ * Every 100 ms the rate becomes T' / c, c being the measured cost of a unit/s (U / r, smoothed):
+ * down at once, up half-way (at most x1.5 per step), so a change of kernel shapes is corrected
+ * within a few steps. T' = T + D / TAU, where D, the
  * integral of (T - U) over the run (percent-seconds, counted while the process wanted more than
  * it was given, or was over), removes what the ratio step leaves over: the mix of kernels between
  * the window's launches and its busy time, the lag of the 1 s samples, rounding of U. With D the
@@ -47,6 +48,8 @@
 #define RATE_MIN (1 * MILLI)          /* never starve: at least a unit a second */
 #define RATE_MAX (1000000000LL * MILLI)
 #define TAU_S 2.0           /* time constant of the integral term */
+#define COST_GAIN 0.2       /* smoothing of the measured cost of a unit, per step */
+#define INTEGRAL_AFTER (2 * WINDOW) /* control steps before the integral starts */
 #define INTEGRAL_SHARE 0.25 /* the integral moves the target by at most a quarter of T */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
 #define MAX_SAMPLES 256
@@ -66,6 +69,7 @@ struct bucket {
     uint64_t ring[WINDOW];      /* milli-units launched per period, last WINDOW periods */
     unsigned head, steps;
     double deficit;             /* integral of (T - U), percent-seconds */
+    double cost;                /* smoothed U / r: percent per milli-unit/s, 0 until measured */
 };
 
 static struct bucket g_b[LB_REGION_MAX_DEVICES];
@@ -179,10 +183,11 @@ static void control(int d, struct bucket *b)
     if (u < 0)
         return; /* no reading: keep the rate */
     double t = b->limit;
-    /* The integral starts once the window holds a full second of this process's launches (the
-     * first readings are of a ramp); it counts a shortfall only while launches were held back,
-     * so an idle or lightly loaded process does not save up a burst. */
-    if (++b->steps > WINDOW && (hungry || u > t)) {
+    /* The integral starts after the ramp (2 s: the limit is specified from there on, and paying
+     * back the ramp's overshoot would only move the error into the next seconds); it counts a
+     * shortfall only while launches were held back, so an idle or lightly loaded process does
+     * not save up a burst. */
+    if (++b->steps > INTEGRAL_AFTER && (hungry || u > t)) {
         /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
          * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
         double dmax = t * TAU_S * INTEGRAL_SHARE;
@@ -203,12 +208,20 @@ static void control(int d, struct bucket *b)
         if (units > 0)
             next = (int64_t)((double)rate * up); /* ran, but too little to show yet */
     } else {
-        double target = (double)units * te / u, half = ((double)rate + target) / 2;
-        if (half > (double)rate * up)
-            half = (double)rate * up;
-        if (half < (double)rate / 4)
-            half = (double)rate / 4;
-        next = (int64_t)half;
+        /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
+         * kernels varies, the cost of the workload much less. */
+        double c = (double)u / (double)units;
+        b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+        /* Down at once on the dearer of the two estimates (near saturation a late reading
+         * means queued work: never wait for it), up half-way and bounded. The integral removes
+         * the bias this asymmetry leaves. */
+        double target = te / (c > b->cost ? c : b->cost);
+        if (target < (double)rate) {
+            next = (int64_t)target;
+        } else {
+            double half = ((double)rate + target) / 2;
+            next = (int64_t)(half < (double)rate * up ? half : (double)rate * up);
+        }
     }
     if (next < RATE_MIN)
         next = RATE_MIN;

@@ -73,6 +73,24 @@ int main(int argc, char **argv)
     unsigned blocks = 1, kernel_us = 0;
     int ptsz = 0, is_mix = 0;
     const char *api = "kernel";
+    /* --opt=value is --opt value */
+    static char *args[256], buf[4096];
+    int nargs = 0;
+    size_t used = 0;
+    for (int i = 0; i < argc && nargs < 254; i++) {
+        char *eq = strchr(argv[i], '=');
+        size_t len = strlen(argv[i]);
+        if (i > 0 && !strncmp(argv[i], "--", 2) && eq && used + len + 1 <= sizeof buf) {
+            char *c = memcpy(buf + used, argv[i], len + 1);
+            used += len + 1;
+            c[eq - argv[i]] = 0;
+            args[nargs++] = c;
+            args[nargs++] = c + (eq - argv[i]) + 1;
+        } else {
+            args[nargs++] = argv[i];
+        }
+    }
+    argc = nargs, argv = args;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);

@@ -278,6 +278,21 @@ FG_EXPORT CUresult cuCtxGetDevice(CUdevice *device) {
     return CUDA_SUCCESS;
 }
 
+FG_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!fg_cu_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    *flags = 0;
+    *active = fg_cu.primary[dev].refs > 0;
+    pthread_mutex_unlock(&fg_cu.mu);
+    return CUDA_SUCCESS;
+}
+
 /* Waits until the work this context queued on the simulated engine has drained. */
 FG_EXPORT CUresult cuCtxSynchronize(void) {
     fg_ctx *c;
@@ -288,5 +303,8 @@ FG_EXPORT CUresult cuCtxSynchronize(void) {
     struct timespec ts = {(time_t)(end / 1000000000ULL), (long)(end % 1000000000ULL)};
     while (end > fg_now_ns() && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
+    pthread_mutex_lock(&fg_cu.mu);
+    fg_pool_sync(c->dev); /* a synchronisation point: pools give back what is above their threshold */
+    pthread_mutex_unlock(&fg_cu.mu);
     return CUDA_SUCCESS;
 }

@@ -17,6 +17,9 @@ static void fork_parent(void) { pthread_mutex_unlock(&fg_cu.mu); }
 static void fork_child(void) {
     fg_ctx_forget_all();
     fg_mem_forget_all();
+    fg_vmm_forget_all();
+    fg_pool_forget_all();
+    fg_graph_forget_all();
     fg_state_after_fork(&fg_cu.st);
     pthread_mutex_unlock(&fg_cu.mu);
 }
@@ -53,6 +56,15 @@ static int find_uuid(const fg_profile *p, const char *tok, unsigned *d, int *m) 
     return -1;
 }
 
+static unsigned sms(const fg_profile *p, unsigned d, int m) {
+    return m < 0 ? p->dev[d].sm_count : p->dev[d].mig[m].sm_count ? p->dev[d].mig[m].sm_count : p->dev[d].sm_count / 7;
+}
+
+static int faster(const fg_profile *p, unsigned ad, int am, unsigned bd, int bm) {
+    unsigned a = p->dev[ad].cc_major * 10 + p->dev[ad].cc_minor, b = p->dev[bd].cc_major * 10 + p->dev[bd].cc_minor;
+    return a != b ? a > b : sms(p, ad, am) > sms(p, bd, bm);
+}
+
 /* CUDA enumerates whole GPUs, and the MIG instances of GPUs in MIG mode. CUDA_VISIBLE_DEVICES
  * filters and orders them like the real driver: indexes or UUIDs, stopping at the first entry
  * that names nothing. */
@@ -66,6 +78,19 @@ static void enumerate(const fg_profile *p) {
             all_d[n] = d, all_m[n++] = -1;
         for (unsigned m = 0; p->dev[d].mig_enabled && m < p->dev[d].nmig; m++)
             all_d[n] = d, all_m[n++] = (int)m;
+    }
+    /* CUDA_DEVICE_ORDER: FASTEST_FIRST (the default) puts the most capable devices first
+     * (compute capability, then SM count; ties keep PCI order); PCI_BUS_ID keeps the PCI order,
+     * which is NVML's. CUDA_VISIBLE_DEVICES indexes count in this order. */
+    const char *order = getenv("CUDA_DEVICE_ORDER");
+    if (!order || strcmp(order, "PCI_BUS_ID") != 0) {
+        for (unsigned i = 1; i < n; i++) /* stable insertion sort, n <= FG_MAX_UNITS */
+            for (unsigned j = i; j > 0 && faster(p, all_d[j], all_m[j], all_d[j - 1], all_m[j - 1]); j--) {
+                unsigned td = all_d[j];
+                int tm = all_m[j];
+                all_d[j] = all_d[j - 1], all_m[j] = all_m[j - 1];
+                all_d[j - 1] = td, all_m[j - 1] = tm;
+            }
     }
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (!vis) {

@@ -28,6 +28,9 @@
 #undef cuMemFree
 #undef cuArrayCreate
 #undef cuArray3DCreate
+#undef cuStreamDestroy
+#undef cuStreamBeginCapture
+#undef cuGraphAddKernelNode
 
 /* Entry points cuda_abi.h does not declare: legacy spellings, per-thread-stream variants. */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
@@ -57,6 +60,35 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
 /* Simulated duration of one kernel: the spin kernel's own, else the profile's launch_ns +
  * block_ns per block (or FAKEGPU_LAUNCH_NS). Graph kernel nodes are priced the same way. */
 uint64_t fg_cu_kernel_ns(CUfunction f, uint64_t blocks, void **params, unsigned sm_count);
+/* The same on the current context's device (after cuInit). */
+uint64_t fg_cu_kernel_ns_here(CUfunction f, uint64_t blocks, void **params);
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult cuStreamQuery(CUstream hStream);
+CUresult cuStreamQuery_ptsz(CUstream hStream);
+CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
+/* The CUDA 10-11 layout of the kernel node parameters (cuGraphAddKernelNode, the v1 symbol). */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v1_st {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                              size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                            size_t bufferSize);
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                               size_t bufferSize);
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
+CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value);
+CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, void *params);
+CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 /* FG_IS_NONE(x) is 1 for the token NONE and 0 for any identifier (the usual probe idiom), so
  * that cuda_api.def's per_thread column can be turned into "no symbol" without a second list. */
@@ -115,6 +147,45 @@ int fg_cu_dev_valid(CUdevice d);
 int fg_cu_lost(int ordinal);
 /* CUDA_ERROR_INVALID_CONTEXT or a lost device's error for the current context; sets *out. */
 CUresult fg_cu_need_ctx(fg_ctx **out);
+
+/* A charge of device memory in the shared state outside the allocation table (VMM physical
+ * allocations, pool and graph reserves): 0 or CUDA_ERROR_OUT_OF_MEMORY. Takes the state lock. */
+CUresult fg_mem_charge(int ordinal, uint64_t bytes);
+void fg_mem_uncharge(int ordinal, uint64_t bytes);
+/* Rounded up to the allocation granule. */
+static inline uint64_t fg_granules(uint64_t size) { return (size + FG_GRANULE - 1) / FG_GRANULE * FG_GRANULE; }
+
+/* VMM (cuda_vmm.c): a virtual range outside every device's allocation window. 0 when exhausted. */
+CUdeviceptr fg_va_reserve(uint64_t size, uint64_t align);
+
+/* Pools (cuda_pool.c). Called with fg_cu.mu held. */
+struct fg_pool;
+struct fg_pool *fg_pool_current(int ordinal);
+int fg_pool_valid(const struct fg_pool *p);
+int fg_pool_dev(const struct fg_pool *p);
+CUresult fg_pool_take(struct fg_pool *p, uint64_t bytes);
+void fg_pool_give(struct fg_pool *p, uint64_t bytes);
+/* A synchronisation point: every pool of the device (-1: all) gives back what is above its
+ * release threshold. */
+void fg_pool_sync(int ordinal);
+/* A destroyed context (primary: reset) on the device. */
+void fg_pool_ctx_gone(int ordinal, int primary);
+void fg_pool_forget_all(void);
+/* Allocation from a pool (cuda_mem.c): an address in the table, its bytes taken from the pool. */
+CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p);
+
+/* Streams, capture and graphs (cuda_graph.c). A capturing stream records instead of running:
+ * each returns 1 (and *r) when hStream is capturing. */
+int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult *r);
+int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r);
+int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, uint64_t ns, CUresult *r);
+/* A free of a graph allocation outside its graph; 1 if dptr was one. Called with fg_cu.mu held. */
+int fg_graph_free_ptr(CUdeviceptr dptr);
+void fg_graph_ctx_gone(int ordinal, int primary);
+void fg_graph_forget_all(void);
+void fg_vmm_forget_all(void);
+/* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
+CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
 
 /* Context charge: a primary or created context costs the profile's context_mib. */
 CUresult fg_ctx_charge(int ordinal, int add);

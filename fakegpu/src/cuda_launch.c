@@ -95,9 +95,14 @@ uint64_t fg_cu_kernel_ns(CUfunction f, uint64_t blocks, void **params, unsigned 
     return fg_cu.cfg.launch_ns + fg_cu.cfg.block_ns * blocks;
 }
 
+uint64_t fg_cu_kernel_ns_here(CUfunction f, uint64_t blocks, void **params) {
+    fg_ctx *c = fg_cu_current();
+    return fg_cu_kernel_ns(f, blocks, params, c ? fg_cu.dev[c->dev].sm_count : 1);
+}
+
 /* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
- * pass a dummy one without loading a module. */
-static CUresult launch(CUfunction f, uint64_t blocks, void **params) {
+ * pass a dummy one without loading a module. Graph launches run their kernel nodes through it. */
+CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
     fg_ctx *c;
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -106,7 +111,6 @@ static CUresult launch(CUfunction f, uint64_t blocks, void **params) {
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
         return r;
-    uint64_t dur = fg_cu_kernel_ns(f, blocks, params, fg_cu.dev[c->dev].sm_count);
     unsigned unit = fg_cu.dev[c->dev].unit;
     for (;;) {
         if (fg_state_lock(&fg_cu.st) != 0)
@@ -135,10 +139,17 @@ static CUresult launch(CUfunction f, uint64_t blocks, void **params) {
 FG_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-    (void)sharedMemBytes, (void)hStream, (void)extra;
+    (void)sharedMemBytes, (void)extra;
     if (!blockDimX || !blockDimY || !blockDimZ || (uint64_t)blockDimX * blockDimY * blockDimZ > 1024)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
-    return launch(f, (uint64_t)gridDimX * gridDimY * gridDimZ, kernelParams);
+    CUresult r;
+    uint64_t blocks = (uint64_t)gridDimX * gridDimY * gridDimZ;
+    if (fg_cu_ready() != CUDA_SUCCESS || !f || !blocks)
+        return fg_launch(f, blocks, 0); /* its error */
+    uint64_t ns = fg_cu_kernel_ns_here(f, blocks, kernelParams);
+    if (fg_capture_kernel(hStream, f, blocks, ns, &r))
+        return r; /* a capturing stream records the launch as a kernel node */
+    return fg_launch(f, blocks, ns);
 }
 
 FG_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -211,7 +222,8 @@ FG_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_heig
     (void)hStream;
     if (grid_width <= 0 || grid_height <= 0)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
-    return launch(f, (uint64_t)grid_width * (uint64_t)grid_height, NULL);
+    uint64_t blocks = (uint64_t)grid_width * (uint64_t)grid_height;
+    return fg_launch(f, blocks, fg_cu_ready() ? 0 : fg_cu_kernel_ns_here(f, blocks, NULL));
 }
 
 FG_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {

@@ -15,7 +15,7 @@
 #define FG_VA_BASE 0xffff800000000000ULL
 #define FG_VA_WINDOW (1ULL << 40)
 
-enum kind { K_MEM, K_MANAGED, K_PITCH, K_ASYNC, K_VMM, K_ARRAY };
+enum kind { K_MEM, K_MANAGED, K_PITCH, K_ASYNC, K_ARRAY, K_MIPMAP };
 #define FREEABLE ((1u << K_MEM) | (1u << K_MANAGED) | (1u << K_PITCH) | (1u << K_ASYNC))
 
 typedef struct alloc {
@@ -23,7 +23,8 @@ typedef struct alloc {
     uint64_t charged;
     int dev;
     int kind;
-    const fg_ctx *ctx; /* freed with its context; NULL for VMM handles, which outlive contexts */
+    const fg_ctx *ctx; /* freed with its context */
+    struct fg_pool *pool; /* stream-ordered: the bytes belong to this pool, not to the table */
 } alloc;
 
 /* Guarded by fg_cu.mu; sorted by ptr. */
@@ -54,10 +55,35 @@ static CUdeviceptr find_gap(int dev, uint64_t size) {
     return end - cur >= size ? cur : 0;
 }
 
-static void uncharge_locked(const alloc *a) { fg_state_release(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, 0); }
+/* A pool's allocation goes back to its pool (which keeps it reserved until a synchronisation
+ * trims it); any other gives its bytes back to the device. */
+static void uncharge_locked(const alloc *a) {
+    if (a->pool)
+        fg_pool_give(a->pool, a->charged);
+    else
+        fg_state_release(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, 0);
+}
 
-/* The one path every device allocation takes: fault check, address, shared charge, table. */
-static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound) {
+CUresult fg_mem_charge(int ordinal, uint64_t bytes) {
+    if (fg_state_lock(&fg_cu.st) != 0)
+        return CUDA_ERROR_UNKNOWN;
+    int rc = fg_state_charge(&fg_cu.st, fg_cu.dev[ordinal].unit, bytes, fg_cu.dev[ordinal].total, 0);
+    fg_state_unlock(&fg_cu.st);
+    if (rc == -2)
+        fg_log("more than %d processes use the device state %s", FG_MAX_SLOTS, fg_cu.st.path);
+    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void fg_mem_uncharge(int ordinal, uint64_t bytes) {
+    if (bytes == 0 || fg_state_lock(&fg_cu.st) != 0)
+        return;
+    fg_state_release(&fg_cu.st, fg_cu.dev[ordinal].unit, bytes, 0);
+    fg_state_unlock(&fg_cu.st);
+}
+
+/* The one path every device allocation takes: fault check, address, shared charge (or the
+ * pool's), table. */
+static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound, struct fg_pool *pool) {
     fg_ctx *c;
     CUresult r = fg_cu_need_ctx(&c);
     if (r != CUDA_SUCCESS)
@@ -81,14 +107,16 @@ static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int c
         if (t)
             tab = t, captab = ncap;
     }
-    if (p && ntab < captab && fg_state_lock(&fg_cu.st) == 0) {
+    if (p && ntab < captab && pool) {
+        rc = fg_pool_take(pool, charged) == CUDA_SUCCESS ? 0 : -1;
+    } else if (p && ntab < captab && fg_state_lock(&fg_cu.st) == 0) {
         rc = fg_state_charge(&fg_cu.st, fg_cu.dev[dev].unit, charged, fg_cu.dev[dev].total, 0);
         fg_state_unlock(&fg_cu.st);
     }
     if (rc == 0) {
         size_t i = lower_bound(p);
         memmove(&tab[i + 1], &tab[i], (ntab - i) * sizeof *tab);
-        tab[i] = (alloc){p, charged, dev, kind, ctx_bound ? c : NULL};
+        tab[i] = (alloc){p, charged, dev, kind, ctx_bound ? c : NULL, pool};
         ntab++;
         *out = p;
     }
@@ -98,6 +126,14 @@ static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int c
     return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound) {
+    return do_alloc_in(out, size, kind, dev, ctx_bound, NULL);
+}
+
+CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p) {
+    return do_alloc_in(out, size, K_ASYNC, fg_pool_dev(p), 1, p);
+}
+
 static CUresult do_free(CUdeviceptr p, unsigned kinds) {
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -105,7 +141,8 @@ static CUresult do_free(CUdeviceptr p, unsigned kinds) {
     pthread_mutex_lock(&fg_cu.mu);
     size_t i = lower_bound(p);
     if (p == 0 || i == ntab || tab[i].ptr != p || !(kinds & (1u << tab[i].kind))) {
-        r = CUDA_ERROR_INVALID_VALUE;
+        /* A graph's allocation freed outside the graph goes back to the graph memory pool. */
+        r = (kinds & FREEABLE) && p && fg_graph_free_ptr(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     } else if (fg_state_lock(&fg_cu.st) == 0) {
         uncharge_locked(&tab[i]);
         fg_state_unlock(&fg_cu.st);
@@ -119,17 +156,20 @@ static CUresult do_free(CUdeviceptr p, unsigned kinds) {
 }
 
 void fg_mem_release_ctx(const fg_ctx *ctx) {
-    if (fg_state_lock(&fg_cu.st) != 0)
-        return;
     size_t k = 0;
     for (size_t i = 0; i < ntab; i++) {
-        if (tab[i].ctx == ctx)
-            uncharge_locked(&tab[i]);
-        else
+        if (tab[i].ctx != ctx) {
             tab[k++] = tab[i];
+        } else if (tab[i].pool) {
+            fg_pool_give(tab[i].pool, tab[i].charged);
+        } else if (fg_state_lock(&fg_cu.st) == 0) {
+            uncharge_locked(&tab[i]);
+            fg_state_unlock(&fg_cu.st);
+        }
     }
     ntab = k;
-    fg_state_unlock(&fg_cu.st);
+    fg_pool_ctx_gone(ctx->dev, ctx->primary);
+    fg_graph_ctx_gone(ctx->dev, ctx->primary);
 }
 
 void fg_mem_forget_all(void) {
@@ -173,10 +213,19 @@ FG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     return r;
 }
 
+/* Stream-ordered allocation is immediate (the fake has no stream ordering), from the device's
+ * current pool; on a capturing stream it becomes a graph allocation node instead. */
 FG_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    (void)hStream; /* allocation is immediate: the fake has no stream ordering */
+    fg_ctx *c;
     CUresult r = precheck(dptr, bytesize);
-    return r ? r : do_alloc(dptr, bytesize, K_ASYNC, -1, 1);
+    if (r != CUDA_SUCCESS || (r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    if (fg_capture_alloc(hStream, bytesize, dptr, &r))
+        return r;
+    pthread_mutex_lock(&fg_cu.mu);
+    struct fg_pool *p = fg_pool_current(c->dev);
+    pthread_mutex_unlock(&fg_cu.mu);
+    return p ? fg_mem_alloc_pool(dptr, bytesize, p) : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 FG_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
@@ -184,10 +233,18 @@ FG_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUst
 }
 
 FG_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+    fg_ctx *c;
     CUresult r = precheck(dptr, bytesize);
-    if (r == CUDA_SUCCESS && !pool)
-        r = CUDA_ERROR_INVALID_VALUE;
-    return r ? r : cuMemAllocAsync(dptr, bytesize, hStream);
+    if (r != CUDA_SUCCESS || (r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&fg_cu.mu);
+    int ok = fg_pool_valid((struct fg_pool *)pool);
+    pthread_mutex_unlock(&fg_cu.mu);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fg_capture_alloc(hStream, bytesize, dptr, &r))
+        return r;
+    return fg_mem_alloc_pool(dptr, bytesize, (struct fg_pool *)pool);
 }
 
 FG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -198,26 +255,13 @@ FG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 FG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr, FREEABLE); }
 
 FG_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-    (void)hStream;
+    CUresult r;
+    if (fg_cu_ready() == CUDA_SUCCESS && fg_capture_free(hStream, dptr, &r))
+        return r;
     return do_free(dptr, FREEABLE);
 }
 
 FG_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
-
-FG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                               unsigned long long flags) {
-    CUresult r = precheck(handle, size);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!prop || flags || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        size % FG_GRANULE)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fg_cu_dev_valid(prop->location.id))
-        return CUDA_ERROR_INVALID_DEVICE;
-    return do_alloc((CUdeviceptr *)handle, size, K_VMM, prop->location.id, 0);
-}
-
-FG_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return do_free(handle, 1u << K_VMM); }
 
 static size_t element_size(CUarray_format f) {
     switch (f) {
@@ -265,6 +309,39 @@ FG_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCR
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
     const CUDA_ARRAY3D_DESCRIPTOR *a = pAllocateArray;
     return array_alloc(pHandle, a->Width, a->Height, a->Depth, a->Format, a->NumChannels);
+}
+
+/* A mipmapped array holds every level: level l is max(1, dim >> l) in each dimension. */
+FG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                          unsigned int numMipmapLevels) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pHandle || !desc || !numMipmapLevels || numMipmapLevels > 32)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t es = element_size(desc->Format), ch = desc->NumChannels;
+    size_t w = desc->Width, h = desc->Height ? desc->Height : 1, d = desc->Depth ? desc->Depth : 1;
+    if (!w || !es || (ch != 1 && ch != 2 && ch != 4) || w > 1u << 20 || h > 1u << 20 || d > 1u << 20)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t total = 0;
+    for (unsigned l = 0; l < numMipmapLevels; l++) {
+        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1, ld = d >> l ? d >> l : 1;
+        total += lw * lh * ld * es * ch;
+    }
+    if (total > FG_VA_WINDOW)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUdeviceptr p;
+    r = do_alloc(&p, total, K_MIPMAP, -1, 1);
+    if (r == CUDA_SUCCESS)
+        *pHandle = (CUmipmappedArray)(uintptr_t)p;
+    return r;
+}
+
+FG_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return h ? do_free((CUdeviceptr)(uintptr_t)h, 1u << K_MIPMAP) : CUDA_ERROR_INVALID_HANDLE;
 }
 
 FG_EXPORT CUresult cuArrayDestroy(CUarray hArray) {

@@ -98,7 +98,7 @@ static void driver(void *h) {
     CUresult (*setcur)(CUcontext) = (CUresult(*)(CUcontext))dlsym(h, "cuCtxSetCurrent");
     CUresult (*meminfo)(size_t *, size_t *) = (CUresult(*)(size_t *, size_t *))dlsym(h, "cuMemGetInfo_v2");
     CUresult (*errname)(CUresult, const char **) = (CUresult(*)(CUresult, const char **))dlsym(h, "cuGetErrorName");
-    CUresult (*stub)(void) = (CUresult(*)(void))dlsym(h, "cuStreamCreate");
+    CUresult (*stub)(void) = (CUresult(*)(void))dlsym(h, "cuProfilerStart");
     CUdeviceptr d = 0;
     CUcontext ctx = NULL;
     size_t fr = 0, tot = 0;

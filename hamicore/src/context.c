@@ -3,7 +3,39 @@
 #include "context.h"
 
 #include "limitbed/region.h"
+#include "memory.h"
+#include "reserve.h"
 #include "symbols.h"
+
+/* The primary context of each device, as cuDevicePrimaryCtxRetain handed it out: what a reset or
+ * the last release destroys. */
+static _Atomic uintptr_t g_primary[LB_REGION_MAX_DEVICES];
+
+/* The driver freed everything ctx owned: so do we (allocations, and what pools and graph
+ * memory gave back with it). */
+static void ctx_gone(uintptr_t ctx)
+{
+    if (!ctx)
+        return;
+    lb_memory_ctx_gone(ctx);
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+        lb_reserve_settle_all(d);
+}
+
+static uintptr_t primary_of(CUdevice dev)
+{
+    return dev >= 0 && dev < LB_REGION_MAX_DEVICES ? atomic_load(&g_primary[dev]) : 0;
+}
+
+/* After a release: the context is gone once the driver says it is inactive. */
+static void released(CUdevice dev)
+{
+    unsigned flags;
+    int active = 1;
+    __typeof__(&cuDevicePrimaryCtxGetState) st = LB_REAL(cuDevicePrimaryCtxGetState);
+    if (st && st(dev, &flags, &active) == CUDA_SUCCESS && !active)
+        ctx_gone(primary_of(dev));
+}
 
 _Atomic unsigned long lb_ctx_epoch = 1;
 _Thread_local struct lb_dev_cache lb_tls_dev __attribute__((tls_model("initial-exec")));
@@ -14,10 +46,15 @@ int lb_cur_device_slow(int *dev)
      * cache instead of being overwritten by it. */
     unsigned long epoch = atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed);
     CUdevice d;
+    CUcontext c = NULL;
     __typeof__(&cuCtxGetDevice) f = LB_REAL(cuCtxGetDevice);
+    __typeof__(&cuCtxGetCurrent) g = LB_REAL(cuCtxGetCurrent);
     if (!f || f(&d) != CUDA_SUCCESS || d < 0 || d >= LB_REGION_MAX_DEVICES)
         return -1; /* no current context: not cached, the driver will refuse the call itself */
+    if (g)
+        (void)g(&c);
     lb_tls_dev.dev = d;
+    lb_tls_dev.ctx = (uintptr_t)c;
     lb_tls_dev.epoch = epoch;
     *dev = d;
     return 0;
@@ -110,6 +147,8 @@ LB_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     REAL_OR_FAIL(cuCtxDestroy_v2);
     CUresult r = real(ctx);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        ctx_gone((uintptr_t)ctx);
     return r;
 }
 
@@ -118,6 +157,17 @@ CUresult lbw_cuCtxDestroy_v1(CUcontext ctx)
     REAL_OR_FAIL(lbw_cuCtxDestroy_v1);
     CUresult r = real(ctx);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        ctx_gone((uintptr_t)ctx);
+    return r;
+}
+
+LB_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    REAL_OR_FAIL(cuDevicePrimaryCtxRetain);
+    CUresult r = real(pctx, dev);
+    if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < LB_REGION_MAX_DEVICES)
+        atomic_store(&g_primary[dev], (uintptr_t)*pctx);
     return r;
 }
 
@@ -128,6 +178,8 @@ LB_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     REAL_OR_FAIL(cuDevicePrimaryCtxRelease_v2);
     CUresult r = real(dev);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        released(dev);
     return r;
 }
 
@@ -136,21 +188,29 @@ CUresult lbw_cuDevicePrimaryCtxRelease_v1(CUdevice dev)
     REAL_OR_FAIL(lbw_cuDevicePrimaryCtxRelease_v1);
     CUresult r = real(dev);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        released(dev);
     return r;
 }
 
 LB_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     REAL_OR_FAIL(cuDevicePrimaryCtxReset_v2);
+    uintptr_t ctx = primary_of(dev);
     CUresult r = real(dev);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        ctx_gone(ctx);
     return r;
 }
 
 CUresult lbw_cuDevicePrimaryCtxReset_v1(CUdevice dev)
 {
     REAL_OR_FAIL(lbw_cuDevicePrimaryCtxReset_v1);
+    uintptr_t ctx = primary_of(dev);
     CUresult r = real(dev);
     lb_ctx_changed_all();
+    if (r == CUDA_SUCCESS)
+        ctx_gone(ctx);
     return r;
 }

@@ -11,10 +11,12 @@
 #define LB_CONTEXT_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 
 struct lb_dev_cache {
-    unsigned long epoch; /* == lb_ctx_epoch: dev is valid (0 never is: the epoch starts at 1) */
+    unsigned long epoch; /* == lb_ctx_epoch: dev and ctx are valid (0 never is: the epoch starts at 1) */
     int dev;
+    uintptr_t ctx; /* the current context: what owns the allocations made now */
 };
 
 extern _Atomic unsigned long lb_ctx_epoch;
@@ -32,6 +34,9 @@ static inline int lb_cur_device(int *dev)
     }
     return lb_cur_device_slow(dev);
 }
+
+/* The current context, valid after lb_cur_device returned 0. */
+static inline uintptr_t lb_cur_ctx(void) { return lb_tls_dev.ctx; }
 
 /* The calling thread's current context changed. */
 static inline void lb_ctx_changed_here(void) { lb_tls_dev.epoch = 0; }

@@ -28,7 +28,6 @@ static void atfork_child(void)
     /* The child is a new process: it must not charge the parent's slot nor free the parent's
      * pointers. Only flags are touched here; the new slot is claimed lazily. */
     lb_region_after_fork();
-    lb_memory_after_fork();
     lb_ctx_changed_all();
     lb_limiter_after_fork();
 }

@@ -13,6 +13,7 @@
  */
 #include "memory.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -21,16 +22,23 @@
 #include "init.h"
 #include "log.h"
 #include "region.h"
+#include "reserve.h"
 #include "symbols.h"
 
 #define K_EMPTY 0u
 #define K_TOMB 1u
+#define K_BUSY 2u /* claimed, being written: not an entry yet */
+#define K_BIAS 3u /* key = value + K_BIAS */
+
+/* kind: how the entry's bytes are charged. */
+enum { E_DIRECT = 0, E_POOL = 1 };
 
 struct entry {
-    _Atomic uint64_t key; /* value + 2; K_EMPTY / K_TOMB */
+    _Atomic uint64_t key; /* value + K_BIAS; K_EMPTY / K_TOMB / K_BUSY */
     _Atomic uint64_t size;
+    _Atomic uint64_t owner; /* E_DIRECT: the context it was allocated in; E_POOL: the pool */
     _Atomic int32_t dev;
-    int32_t pad;
+    _Atomic int32_t kind;
 };
 
 /* Constant descriptors, so that the inlined lookups see the table size as a constant. */
@@ -41,11 +49,10 @@ struct table {
     _Atomic int *full_logged;
 };
 
-static struct entry g_ptr_e[1u << 16], g_handle_e[1u << 12], g_array_e[1u << 12];
-static _Atomic int g_full_logged[3];
+static struct entry g_ptr_e[1u << 16], g_array_e[1u << 12];
+static _Atomic int g_full_logged[2];
 static const struct table g_ptrs = {g_ptr_e, 16, "device pointers", &g_full_logged[0]};
-static const struct table g_handles = {g_handle_e, 12, "cuMemCreate handles", &g_full_logged[1]};
-static const struct table g_arrays = {g_array_e, 12, "CUDA arrays", &g_full_logged[2]};
+static const struct table g_arrays = {g_array_e, 12, "CUDA arrays", &g_full_logged[1]};
 
 static inline uint32_t slot_of(const struct table *t, uint64_t k)
 {
@@ -58,10 +65,13 @@ static void __attribute__((noinline, cold)) log_full(const struct table *t)
         LB_ERROR("more than %u live %s: further ones stay charged until the process exits", 1u << t->bits, t->what);
 }
 
-static inline int track(const struct table *t, uint64_t value, uint64_t size, int dev)
+/* An entry is published only complete: the slot is claimed (K_BUSY) before its fields are
+ * written, and its key is stored last, with release order. A racing thread that sees K_BUSY
+ * moves on; no one can overwrite a live entry's fields. */
+static inline int track(const struct table *t, uint64_t value, uint64_t size, int dev, uint64_t owner, int kind)
 {
-    uint64_t k = value + 2;
-    if (k < 2)
+    uint64_t k = value + K_BIAS;
+    if (k < K_BIAS)
         return -1;
     uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
     for (uint32_t i = 0; i <= mask; i++) {
@@ -69,19 +79,28 @@ static inline int track(const struct table *t, uint64_t value, uint64_t size, in
         uint64_t cur = atomic_load_explicit(&e->key, memory_order_relaxed);
         if (cur != K_EMPTY && cur != K_TOMB)
             continue;
+        if (!atomic_compare_exchange_strong_explicit(&e->key, &cur, K_BUSY, memory_order_acquire, memory_order_relaxed))
+            continue;
         atomic_store_explicit(&e->size, size, memory_order_relaxed);
+        atomic_store_explicit(&e->owner, owner, memory_order_relaxed);
         atomic_store_explicit(&e->dev, dev, memory_order_relaxed);
-        if (atomic_compare_exchange_strong_explicit(&e->key, &cur, k, memory_order_release, memory_order_relaxed))
-            return 0;
+        atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
+        atomic_store_explicit(&e->key, k, memory_order_release);
+        return 0;
     }
     log_full(t);
     return -1;
 }
 
-static inline int untrack(const struct table *t, uint64_t value, uint64_t *size, int *dev)
+struct found {
+    uint64_t size, owner;
+    int dev, kind;
+};
+
+static inline int untrack(const struct table *t, uint64_t value, struct found *f)
 {
-    uint64_t k = value + 2;
-    if (k < 2)
+    uint64_t k = value + K_BIAS;
+    if (k < K_BIAS)
         return 0;
     uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
     for (uint32_t i = 0; i <= mask; i++) {
@@ -91,8 +110,10 @@ static inline int untrack(const struct table *t, uint64_t value, uint64_t *size,
             return 0;
         if (cur != k)
             continue;
-        *size = atomic_load_explicit(&e->size, memory_order_relaxed);
-        *dev = atomic_load_explicit(&e->dev, memory_order_relaxed);
+        f->size = atomic_load_explicit(&e->size, memory_order_relaxed);
+        f->owner = atomic_load_explicit(&e->owner, memory_order_relaxed);
+        f->dev = atomic_load_explicit(&e->dev, memory_order_relaxed);
+        f->kind = atomic_load_explicit(&e->kind, memory_order_relaxed);
         if (atomic_compare_exchange_strong(&e->key, &cur, K_TOMB))
             return 1;
         return 0; /* freed concurrently by another thread: the other one accounts it */
@@ -100,12 +121,49 @@ static inline int untrack(const struct table *t, uint64_t value, uint64_t *size,
     return 0;
 }
 
-void lb_memory_after_fork(void)
+/* fork: the parent's allocations are not the child's to free. Clearing 1.7 MB of tables in every
+ * child would cost each DataLoader-style worker that never touches CUDA; instead the child marks
+ * them stale and the first of its own CUDA calls that reaches a table clears them, once. */
+static _Atomic int g_stale;
+static pthread_once_t g_clear_once = PTHREAD_ONCE_INIT;
+
+static void clear_tables(void)
 {
-    /* The parent's allocations are not the child's to free. Static tables, cleared in place. */
     memset(g_ptr_e, 0, sizeof g_ptr_e);
-    memset(g_handle_e, 0, sizeof g_handle_e);
     memset(g_array_e, 0, sizeof g_array_e);
+    atomic_store_explicit(&g_stale, 0, memory_order_release);
+}
+
+static void __attribute__((noinline, cold)) clear_stale(void) { pthread_once(&g_clear_once, clear_tables); }
+
+static void fork_child(void)
+{
+    g_clear_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    atomic_store_explicit(&g_stale, 1, memory_order_relaxed);
+}
+
+/* Registration only (no work): handlers must exist before the first fork, even one racing with
+ * the library's initialisation. */
+static void __attribute__((constructor)) memory_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
+
+/* Every entry the destroyed context owned: the driver freed it. */
+void lb_memory_ctx_gone(uintptr_t ctx)
+{
+    const struct table *ts[2] = {&g_ptrs, &g_arrays};
+    for (int t = 0; t < 2; t++) {
+        uint32_t n = 1u << ts[t]->bits;
+        for (uint32_t i = 0; i < n; i++) {
+            struct entry *e = &ts[t]->e[i];
+            uint64_t cur = atomic_load_explicit(&e->key, memory_order_acquire);
+            if (cur < K_BIAS || atomic_load_explicit(&e->kind, memory_order_relaxed) != E_DIRECT ||
+                atomic_load_explicit(&e->owner, memory_order_relaxed) != ctx)
+                continue;
+            uint64_t size = atomic_load_explicit(&e->size, memory_order_relaxed);
+            int dev = atomic_load_explicit(&e->dev, memory_order_relaxed);
+            if (atomic_compare_exchange_strong(&e->key, &cur, K_TOMB))
+                lb_region_release(dev, size);
+        }
+    }
 }
 
 /* The shape every allocation wrapper shares:
@@ -120,9 +178,25 @@ enum { CH_PASS, CH_REFUSED, CH_HELD };
 struct charge {
     int dev;
     uint64_t bytes;
+    uint64_t owner;
+    int kind;
 };
 
-static inline int enforcing(void) { return !lb_guard && lb_active(); }
+static inline int enforcing(void)
+{
+    if (lb_guard || !lb_active())
+        return 0;
+    if (__builtin_expect(atomic_load_explicit(&g_stale, memory_order_acquire), 0))
+        clear_stale();
+    return 1;
+}
+
+static void __attribute__((noinline, cold)) log_no_region(const char *api)
+{
+    static _Atomic int logged;
+    if (!atomic_exchange(&logged, 1))
+        LB_ERROR("%s: no usage region could be attached (not even a private one): every allocation is refused", api);
+}
 
 static void __attribute__((noinline, cold)) log_refusal(const char *api, int dev, uint64_t bytes)
 {
@@ -137,7 +211,17 @@ static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_
 {
     c->dev = dev;
     c->bytes = bytes;
+    c->owner = 0;
+    c->kind = E_DIRECT;
+    if (__builtin_expect(!lb_region, 0)) {
+        log_no_region(api);
+        return CH_REFUSED;
+    }
     if (lb_region_reserve(dev, bytes))
+        return CH_HELD;
+    /* Pools and graphs are charged by what the driver holds reserved, read at their own calls;
+     * memory they gave back since (at a synchronisation) may be what is in the way. */
+    if (lb_reserve_settle_all(dev) && lb_region_reserve(dev, bytes))
         return CH_HELD;
     log_refusal(api, dev, bytes);
     return CH_REFUSED;
@@ -149,7 +233,9 @@ static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes)
     int dev;
     if (!enforcing() || lb_cur_device(&dev) != 0)
         return CH_PASS;
-    return charge_dev(c, api, dev, bytes);
+    int st = charge_dev(c, api, dev, bytes);
+    c->owner = lb_cur_ctx();
+    return st;
 }
 
 static inline CUresult charge_settle(const struct charge *c, const struct table *t, CUresult r, uint64_t value)
@@ -157,22 +243,28 @@ static inline CUresult charge_settle(const struct charge *c, const struct table 
     if (r != CUDA_SUCCESS)
         lb_region_release(c->dev, c->bytes);
     else
-        (void)track(t, value, c->bytes, c->dev); /* table full: stays charged (never under-counted) */
+        (void)track(t, value, c->bytes, c->dev, c->owner, c->kind); /* full: stays charged (never under-counted) */
     return r;
 }
 
 /* Frees: 1 if the value was ours to account (then the driver is called guarded). */
 static inline int uncharge_begin(struct charge *c, const struct table *t, uint64_t value)
 {
-    return enforcing() && untrack(t, value, &c->bytes, &c->dev);
+    struct found f;
+    if (!enforcing() || !untrack(t, value, &f))
+        return 0;
+    c->bytes = f.size, c->dev = f.dev, c->owner = f.owner, c->kind = f.kind;
+    return 1;
 }
 
 static inline CUresult uncharge_settle(const struct charge *c, const struct table *t, uint64_t value, CUresult r)
 {
-    if (r == CUDA_SUCCESS)
-        lb_region_release(c->dev, c->bytes);
+    if (r != CUDA_SUCCESS)
+        (void)track(t, value, c->bytes, c->dev, c->owner, c->kind); /* still allocated */
+    else if (c->kind == E_POOL)
+        lb_pool_settle((CUmemoryPool)(uintptr_t)c->owner, c->dev); /* back to its pool */
     else
-        (void)track(t, value, c->bytes, c->dev); /* still allocated */
+        lb_region_release(c->dev, c->bytes);
     return r;
 }
 
@@ -220,82 +312,88 @@ LB_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
 }
 
+/* Stream-ordered allocations come out of a pool, which the driver grows and keeps reserved by
+ * its release threshold: they are charged by the pool's reserve (reserve.c), refused before the
+ * driver call when the growth they may cause does not fit. On a capturing stream the driver
+ * records a graph node instead: charged when the graph launches. */
+typedef CUresult (*pool_call)(CUdeviceptr *, size_t, CUmemoryPool, CUstream, void *);
+
+static CUresult pool_alloc(const char *api, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
+                           pool_call call, void *real)
+{
+    int dev;
+    if (!enforcing() || lb_cur_device(&dev) != 0 || lb_stream_capturing(s))
+        return call(dptr, bytes, pool, s, real);
+    CUmemoryPool from = pool;
+    __typeof__(&cuDeviceGetMemPool) getpool = LB_REAL(cuDeviceGetMemPool);
+    if (!from && (!getpool || getpool(&from, dev) != CUDA_SUCCESS))
+        from = NULL;
+    struct charge c;
+    uint64_t growth = from ? lb_pool_growth(from, bytes) : bytes;
+    if (charge_dev(&c, api, dev, growth) != CH_HELD)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    lb_guard_enter();
+    CUresult r = call(dptr, bytes, pool, s, real);
+    lb_guard_leave();
+    lb_region_release(dev, growth); /* the settle below charges what the pool really took */
+    if (from)
+        lb_pool_settle(from, dev);
+    if (r == CUDA_SUCCESS && from)
+        (void)track(&g_ptrs, *dptr, 0, dev, (uintptr_t)from, E_POOL);
+    return r;
+}
+
+static CUresult call_async(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s, void *f)
+{
+    (void)p; /* the device's current pool, as the driver picks it */
+    return ((__typeof__(&cuMemAllocAsync))f)(d, n, s);
+}
+
+static CUresult call_from_pool(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s, void *f)
+{
+    return ((__typeof__(&cuMemAllocFromPoolAsync))f)(d, n, p, s);
+}
+
 LB_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocAsync);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAllocAsync", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize, hStream) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize, hStream);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
+    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
 }
 
 LB_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocAsync_ptsz);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAllocAsync", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize, hStream) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize, hStream);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
+    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
 }
 
 LB_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocFromPoolAsync);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAllocFromPoolAsync", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize, pool, hStream) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize, pool, hStream);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
+    if (!pool)
+        return real(dptr, bytesize, pool, hStream);
+    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
 }
 
 LB_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                 CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocFromPoolAsync_ptsz);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAllocFromPoolAsync", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize, pool, hStream) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize, pool, hStream);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
+    if (!pool)
+        return real(dptr, bytesize, pool, hStream);
+    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
 }
 
-static int prop_device(const CUmemAllocationProp *prop, int *dev)
+LB_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-        prop->location.id >= LB_REGION_MAX_DEVICES)
-        return -1; /* host-located or invalid: the driver decides */
-    *dev = prop->location.id;
-    return 0;
-}
-
-LB_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                               unsigned long long flags)
-{
-    REAL_OR_FAIL(cuMemCreate);
-    struct charge c;
+    REAL_OR_FAIL(cuMemPoolTrimTo);
     int dev;
-    if (!enforcing() || prop_device(prop, &dev) != 0)
-        return real(handle, size, prop, flags);
-    if (charge_dev(&c, "cuMemCreate", dev, size) != CH_HELD)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!enforcing() || lb_cur_device(&dev) != 0)
+        return real(pool, minBytesToKeep);
     lb_guard_enter();
-    CUresult r = real(handle, size, prop, flags);
+    CUresult r = real(pool, minBytesToKeep);
     lb_guard_leave();
-    return charge_settle(&c, &g_handles, r, r == CUDA_SUCCESS ? *handle : 0);
+    lb_pool_settle(pool, dev);
+    return r;
 }
 
 static uint64_t format_bytes(CUarray_format f)
@@ -348,6 +446,47 @@ LB_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCR
     CUresult r = real(pHandle, d);
     lb_guard_leave();
     return charge_settle(&c, &g_arrays, r, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
+}
+
+/* Every level: level l is max(1, dim >> l) in each dimension. */
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+    uint64_t total = 0;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        size_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        uint64_t b = array_bytes(w ? w : 1, h ? h : 1, z ? z : 1, d->Format, d->NumChannels);
+        if (__builtin_add_overflow(total, b, &total))
+            return UINT64_MAX;
+    }
+    return total;
+}
+
+LB_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                          unsigned int numMipmapLevels)
+{
+    REAL_OR_FAIL(cuMipmappedArrayCreate);
+    if (!d || !pHandle)
+        return real(pHandle, d, numMipmapLevels);
+    struct charge c;
+    int st = charge_cur(&c, "cuMipmappedArrayCreate", mipmap_bytes(d, numMipmapLevels));
+    if (st != CH_HELD)
+        return st == CH_PASS ? real(pHandle, d, numMipmapLevels) : CUDA_ERROR_OUT_OF_MEMORY;
+    lb_guard_enter();
+    CUresult r = real(pHandle, d, numMipmapLevels);
+    lb_guard_leave();
+    return charge_settle(&c, &g_arrays, r, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
+}
+
+LB_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
+{
+    REAL_OR_FAIL(cuMipmappedArrayDestroy);
+    struct charge c;
+    if (!uncharge_begin(&c, &g_arrays, (uintptr_t)h))
+        return real(h);
+    lb_guard_enter();
+    CUresult r = real(h);
+    lb_guard_leave();
+    return uncharge_settle(&c, &g_arrays, (uintptr_t)h, r);
 }
 
 LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -416,7 +555,7 @@ LB_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemFreeAsync);
     struct charge c;
-    if (!uncharge_begin(&c, &g_ptrs, dptr))
+    if (lb_stream_capturing(hStream) || !uncharge_begin(&c, &g_ptrs, dptr))
         return real(dptr, hStream);
     lb_guard_enter();
     CUresult r = real(dptr, hStream);
@@ -428,24 +567,12 @@ LB_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemFreeAsync_ptsz);
     struct charge c;
-    if (!uncharge_begin(&c, &g_ptrs, dptr))
+    if (lb_stream_capturing(hStream) || !uncharge_begin(&c, &g_ptrs, dptr))
         return real(dptr, hStream);
     lb_guard_enter();
     CUresult r = real(dptr, hStream);
     lb_guard_leave();
     return uncharge_settle(&c, &g_ptrs, dptr, r);
-}
-
-LB_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-    REAL_OR_FAIL(cuMemRelease);
-    struct charge c;
-    if (!uncharge_begin(&c, &g_handles, handle))
-        return real(handle);
-    lb_guard_enter();
-    CUresult r = real(handle);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_handles, handle, r);
 }
 
 LB_EXPORT CUresult cuArrayDestroy(CUarray hArray)
@@ -474,6 +601,7 @@ LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     uint64_t lim = lb_region_limit(dev);
     if (lim == LB_MEM_UNLIMITED)
         return r;
+    lb_reserve_settle_all(dev); /* pools may have given memory back at a synchronisation */
     uint64_t used = lb_region_usage(dev);
     uint64_t avail = lim > used ? lim - used : 0; /* never an underflow */
     if (free && *free > avail)

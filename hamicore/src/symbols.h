@@ -31,6 +31,13 @@ __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
 __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
+__typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
+__typeof__(cuGraphUpload) cuGraphUpload_ptsz;
+LB_EXPORT CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
+    LB_SYMBOL(cuGraphInstantiate);
+CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n);
+/* Its parameter struct is only passed through (opaque here). */
+CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void *params);
 __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
 __typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_ptsz;
 

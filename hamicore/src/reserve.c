@@ -1,0 +1,140 @@
+/* Pool and graph reserves (reserve.h). Each known pool has a slot with the bytes charged for it;
+ * settling exchanges that with the driver's current figure and moves the region by the
+ * difference. Lock-free and without a lock across driver calls: two settles racing may apply
+ * readings out of order for an instant; the next settle corrects it. Increases are added
+ * unconditionally (the driver already holds the memory); refusals happen before the driver
+ * call, against the growth the allocation may cause. */
+#include "reserve.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "region.h"
+
+#define MAX_POOLS 256
+
+struct pool_slot {
+    _Atomic uintptr_t pool;
+    _Atomic int dev;
+    _Atomic uint64_t charged;
+};
+
+static struct pool_slot g_pools[MAX_POOLS];
+static _Atomic uint64_t g_graph_charged[LB_REGION_MAX_DEVICES];
+
+static struct pool_slot *slot_of(CUmemoryPool pool, int dev)
+{
+    uintptr_t p = (uintptr_t)pool;
+    for (int i = 0; p && i < MAX_POOLS; i++) {
+        uintptr_t cur = atomic_load(&g_pools[i].pool);
+        if (cur == p)
+            return &g_pools[i];
+        if (cur == 0 && atomic_compare_exchange_strong(&g_pools[i].pool, &cur, p)) {
+            atomic_store(&g_pools[i].dev, dev);
+            return &g_pools[i];
+        }
+        if (cur == p)
+            return &g_pools[i];
+    }
+    return NULL;
+}
+
+static void move_to(_Atomic uint64_t *charged, int dev, uint64_t now)
+{
+    uint64_t old = atomic_exchange(charged, now);
+    if (now > old)
+        lb_region_add(lb_region_mine(), dev, now - old);
+    else if (old > now)
+        lb_region_release(dev, old - now);
+}
+
+/* A pool the driver no longer knows (destroyed) holds nothing: it reads as 0. Only a driver
+ * without the entry point leaves the figure unknown (-1). */
+static int pool_attr(CUmemoryPool pool, CUmemPool_attribute a, uint64_t *v)
+{
+    __typeof__(&cuMemPoolGetAttribute) f = LB_REAL(cuMemPoolGetAttribute);
+    *v = 0;
+    if (!f)
+        return -1;
+    if (f(pool, a, v) != CUDA_SUCCESS)
+        *v = 0;
+    return 0;
+}
+
+uint64_t lb_pool_growth(CUmemoryPool pool, uint64_t bytes)
+{
+    uint64_t res, used;
+    if (pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) || pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used))
+        return bytes; /* unknown: the allocation may need all of it */
+    uint64_t spare = res > used ? res - used : 0;
+    return bytes > spare ? bytes - spare : 0;
+}
+
+void lb_pool_settle(CUmemoryPool pool, int dev)
+{
+    uint64_t res;
+    struct pool_slot *s;
+    if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) ||
+        !(s = slot_of(pool, dev)))
+        return; /* no figure or no slot: the allocations stay charged as they were */
+    move_to(&s->charged, dev, res);
+}
+
+static int graph_attr(int dev, CUgraphMem_attribute a, uint64_t *v)
+{
+    __typeof__(&cuDeviceGetGraphMemAttribute) f = LB_REAL(cuDeviceGetGraphMemAttribute);
+    *v = 0;
+    return f && f(dev, a, v) == CUDA_SUCCESS ? 0 : -1;
+}
+
+uint64_t lb_graph_growth(int dev, uint64_t bytes)
+{
+    uint64_t res, used;
+    if (graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res) || graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used))
+        return bytes;
+    uint64_t spare = res > used ? res - used : 0;
+    return bytes > spare ? bytes - spare : 0;
+}
+
+void lb_graph_settle(int dev)
+{
+    uint64_t res;
+    if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res))
+        return;
+    move_to(&g_graph_charged[dev], dev, res);
+}
+
+int lb_reserve_settle_all(int dev)
+{
+    if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES)
+        return 0;
+    uint64_t before = lb_region_usage(dev);
+    for (int i = 0; i < MAX_POOLS; i++) {
+        uintptr_t p = atomic_load(&g_pools[i].pool);
+        if (!p)
+            break;
+        if (atomic_load(&g_pools[i].dev) == dev)
+            lb_pool_settle((CUmemoryPool)p, dev);
+    }
+    if (atomic_load(&g_graph_charged[dev]))
+        lb_graph_settle(dev);
+    return lb_region_usage(dev) < before;
+}
+
+int lb_stream_capturing(CUstream s)
+{
+    __typeof__(&cuStreamIsCapturing) f = LB_REAL(cuStreamIsCapturing);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return f && f(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* fork: the child has no pools or graphs of its own yet; its slot starts at 0. */
+static void fork_child(void)
+{
+    for (int i = 0; i < MAX_POOLS; i++)
+        atomic_store(&g_pools[i].pool, 0), atomic_store(&g_pools[i].charged, 0);
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+        atomic_store(&g_graph_charged[d], 0);
+}
+
+static void __attribute__((constructor)) reserve_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }

@@ -1,0 +1,91 @@
+/* Graph memory nodes: physical memory is taken when an executable graph is uploaded/launched,
+ * from the device's graph memory pool, and stays reserved there until cuDeviceGraphMemTrim.
+ *   A (captured): cuMemAllocAsync 2000 MiB, a kernel, cuMemFreeAsync — freed inside the graph
+ *   B (explicit): a 1500 MiB allocation node, not freed by the graph (freed later by cuMemFree)
+ *   C (explicit): a 1600 MiB allocation node
+ * native:  nothing is taken at capture/instantiate; A's launch reserves 2000 MiB; B reuses it;
+ *          C's launch is granted (the pool grows to 3100 MiB); trim gives everything back.
+ * limited: the same, except that C's launch is refused (3100 > 3000); usage 0 at the end. */
+#include "path.h"
+
+static CUgraphExec one_alloc_graph(size_t bytes, CUdeviceptr *dptr, CUgraph *g)
+{
+    CUgraphExec x = NULL;
+    CUgraphNode n;
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = 0;
+    p.bytesize = bytes;
+    CU(cuGraphCreate(g, 0));
+    CU(cuGraphAddMemAllocNode(&n, *g, NULL, 0, &p));
+    *dptr = p.dptr;
+    CU(cuGraphInstantiateWithFlags(&x, *g, 0));
+    return x;
+}
+
+static unsigned long long graph_reserved_mib(void)
+{
+    cuuint64_t v = 0;
+    cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+    return v / MIB;
+}
+
+int main(void)
+{
+    path_begin();
+    path_ctx();
+    CUfunction k = path_kernel();
+    unsigned long long start = free_mib();
+    CUstream s;
+    CUgraph ga, gb, gc;
+    CUgraphExec xa, xb, xc;
+    CUdeviceptr pa, pb, pc;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CU(cuStreamIsCapturing(s, &st));
+    EXPECT(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "stream is capturing");
+    CU(cuMemAllocAsync(&pa, 2000 * MIB, s));
+    CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
+    CU(cuMemFreeAsync(pa, s));
+    CU(cuStreamEndCapture(s, &ga));
+    unsigned long long f = free_mib();
+    EXPECT(path_limited ? f == path_limit_mib : near(f, start, NATIVE_TOL), "capture takes no memory: free %llu MiB", f);
+    CU(cuGraphInstantiateWithFlags(&xa, ga, 0));
+    CU(cuGraphLaunch(xa, s));
+    CU(cuStreamSynchronize(s));
+    f = free_mib();
+    EXPECT(graph_reserved_mib() >= 2000, "graph pool reserves %llu MiB after A", graph_reserved_mib());
+    if (path_limited)
+        EXPECT(near(f, path_limit_mib - 2000, NATIVE_TOL), "free %llu MiB after A: its memory counts", f);
+    else
+        EXPECT(near(start - f, 2000, NATIVE_TOL), "free dropped by %llu MiB after A", start - f);
+
+    xb = one_alloc_graph(1500 * MIB, &pb, &gb);
+    CU(cuGraphLaunch(xb, s)); /* reuses A's reserve */
+    CU(cuStreamSynchronize(s));
+    xc = one_alloc_graph(1600 * MIB, &pc, &gc);
+    CUresult r = cuGraphLaunch(xc, s);
+    if (path_limited) {
+        EXPECT(r == CUDA_ERROR_OUT_OF_MEMORY, "C's launch refused: 1500 in use + 1600 > the limit (%d)", r);
+    } else {
+        EXPECT(r == CUDA_SUCCESS, "C's launch granted (%d)", r);
+        CU(cuStreamSynchronize(s));
+        CU(cuMemFree(pc));
+    }
+    CU(cuMemFree(pb)); /* a graph allocation freed outside its graph */
+    CU(cuGraphExecDestroy(xa));
+    CU(cuGraphExecDestroy(xb));
+    CU(cuGraphExecDestroy(xc));
+    CU(cuGraphDestroy(ga));
+    CU(cuGraphDestroy(gb));
+    CU(cuGraphDestroy(gc));
+    CU(cuCtxSynchronize());
+    CU(cuDeviceGraphMemTrim(0));
+    EXPECT(graph_reserved_mib() == 0, "graph pool reserves %llu MiB after the trim", graph_reserved_mib());
+    CU(cuStreamDestroy(s));
+    expect_all_released(start);
+    return path_end("graph-memory-nodes");
+}

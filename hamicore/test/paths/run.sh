@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The path programs against fakegpu, each natively and under libvgpu.so (3000 MiB limit):
+#   run.sh OUT [PROGRAM...]    default: every program; last line "N passed, N failed"
+# PATH_LIB overrides the library (a sanitizer build), PATH_PRELOAD_EXTRA is preloaded before it
+# (a sanitizer runtime). Each run gets its own device state and usage cache.
+set -uo pipefail
+out=${1:?usage: run.sh OUT [PROGRAM...]}
+shift
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+lib=${PATH_LIB:-$out/lib/libvgpu.so}
+progs=("$@")
+[ ${#progs[@]} -gt 0 ] || progs=(vmm ctx pool graph array order stress fork)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+for p in "${progs[@]}"; do
+	profile=h100-80g extra=()
+	[ "$p" = order ] && profile=2x-a16-16q extra=(CUDA_VISIBLE_DEVICES=1,0)
+	for mode in native limited; do
+		d=$tmp/$p-$mode
+		mkdir -p "$d/gpu"
+		env=(LD_LIBRARY_PATH="$out/lib" FAKEGPU_PROFILE_DIR="$root/fakegpu/profiles" FAKEGPU_PROFILE=$profile
+			FAKEGPU_STATE_DIR="$d/gpu" FAKEGPU_LAUNCH_NS=1000 PATH_EXPECT=$mode "${extra[@]}")
+		[ $mode = limited ] && env+=(LD_PRELOAD="${PATH_PRELOAD_EXTRA:+$PATH_PRELOAD_EXTRA }$lib"
+			CUDA_DEVICE_MEMORY_LIMIT_0=3000m CUDA_DEVICE_MEMORY_SHARED_CACHE="$d/usage.cache" LIBCUDA_LOG_LEVEL=1)
+		if env "${env[@]}" "$out/bin/path-$p" >"$d/log" 2>&1; then
+			passed=$((passed + 1))
+			echo "PASS $p $mode"
+		else
+			failed=$((failed + 1))
+			echo "FAIL $p $mode"
+			sed 's/^/    /' "$d/log"
+		fi
+	done
+done
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

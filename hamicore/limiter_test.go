@@ -48,8 +48,8 @@ const limitLow, limitHigh = 0.20, 0.40
 
 const spin1ms = "--kernel-us=1000"
 
-// The limit holds for a uniform kernel and for a mix of shapes and durations whose grid sizes say
-// nothing about their time; disable, 0 and 100 do not throttle.
+// The limit holds for a uniform kernel, for a mix of shapes and durations whose grid sizes say
+// nothing about their time, and for graph replays; disable, 0 and 100 do not throttle.
 func TestComputeLimit(t *testing.T) {
 	tol := tolerance()
 	force := "GPU_CORE_UTILIZATION_POLICY=force"
@@ -62,6 +62,9 @@ func TestComputeLimit(t *testing.T) {
 		{"uniform 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
 		{"mix 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=mix"}, 0.30 - tol, 0.30 + tol},
 		{"mix 60 force", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol},
+		// Graph replays: the executable graph's kernel nodes, counted at instantiation, charged per cuGraphLaunch.
+		{"graph 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol},
+		{"graph 60 force ptsz", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=graph", "--ptsz"}, 0.60 - tol, 0.60 + tol},
 		// Without a monitor the region's switch stays as stamped (on): default limits, as upstream.
 		{"uniform 30 default, no monitor", []string{"CUDA_DEVICE_SM_LIMIT=30"}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
 		{"mix 30 disable", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=disable"}, []string{"--workload=mix"}, 0.95, 1.1},

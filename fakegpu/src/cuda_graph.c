@@ -493,6 +493,37 @@ FG_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) 
     return r;
 }
 
+/* The node's kernel as it was added. fakegpu keeps only the grid's block count (nothing runs):
+ * the grid reads back as blocks x 1 x 1, the block shape as 1 x 1 x 1, no parameters. */
+static CUresult kernel_params(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *p, size_t size) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    gnode *n = node_of(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        CUDA_KERNEL_NODE_PARAMS_v2 k = {0};
+        k.func = n->func;
+        k.gridDimX = n->blocks > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)n->blocks, k.gridDimY = 1, k.gridDimZ = 1;
+        k.blockDimX = 1, k.blockDimY = 1, k.blockDimZ = 1;
+        memcpy(p, &k, size);
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+FG_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+    return kernel_params(hNode, nodeParams, sizeof *nodeParams);
+}
+
+FG_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+    return kernel_params(hNode, (CUDA_KERNEL_NODE_PARAMS_v2 *)(void *)nodeParams, sizeof *nodeParams);
+}
+
 /* ---- executable graphs ---- */
 
 static void exec_free(gexec *x) {
@@ -732,6 +763,57 @@ FG_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     }
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
+}
+
+/* Updates the kernels of an executable graph from a graph of the same shape: the same number of
+ * kernel nodes and no memory nodes (the driver refuses memory nodes in an update too). */
+static CUresult exec_update(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResult *res) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&fg_cu.mu);
+    long xi = X_FIND(hGraphExec), gi = G_FIND(hGraph);
+    *res = CU_GRAPH_EXEC_UPDATE_ERROR;
+    if (xi < 0 || gi < 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    gexec *x = execs[xi];
+    graph *g = graphs[gi];
+    size_t nk = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+            nk = (size_t)-1;
+        if (nk != (size_t)-1)
+            nk += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL;
+    }
+    if (nk != x->nk || x->na) {
+        *res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        goto out;
+    }
+    for (size_t i = 0, k = 0; i < g->n; i++)
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL)
+            x->kfunc[k] = g->nodes[i]->func, x->kblocks[k] = g->nodes[i]->blocks, x->kns[k++] = g->nodes[i]->ns;
+    *res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+out:
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+FG_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) {
+    if (!resultInfo)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    memset(resultInfo, 0, sizeof *resultInfo);
+    return exec_update(hGraphExec, hGraph, &resultInfo->result);
+}
+
+FG_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                                     CUgraphExecUpdateResult *updateResult_out) {
+    if (!hErrorNode_out || !updateResult_out)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    *hErrorNode_out = NULL;
+    return exec_update(hGraphExec, hGraph, updateResult_out);
 }
 
 int fg_graph_free_ptr(CUdeviceptr dptr) {

@@ -6,7 +6,8 @@
  *   --seconds S       launch for S seconds, then wait for the queued work (cuCtxSynchronize)
  *   --window W        report the busy fraction per W seconds as well (default 1)
  *   --workload K      uniform (default) | mix (kernels of many shapes and durations, like a BLAS
- *                     library's, in a fixed pseudo-random order)
+ *                     library's, in a fixed pseudo-random order) | graph (the mix's kernels as one
+ *                     executable graph of chained kernel nodes, replayed with cuGraphLaunch)
  *   --kernel-us U     uniform: each kernel spins U µs per wave of SM-count blocks (the spin kernel:
  *                     fakegpu's fakegpu_spin, PTX on a real GPU). Without it (and for --api legacy)
  *                     an empty kernel runs for FAKEGPU_LAUNCH_NS on fakegpu.
@@ -71,7 +72,7 @@ int main(int argc, char **argv)
 {
     double seconds = 3, window = 1;
     unsigned blocks = 1, kernel_us = 0;
-    int ptsz = 0, is_mix = 0;
+    int ptsz = 0, is_mix = 0, is_graph = 0;
     const char *api = "kernel";
     /* --opt=value is --opt value */
     static char *args[256], buf[4096];
@@ -102,11 +103,12 @@ int main(int argc, char **argv)
             kernel_us = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workload") && i + 1 < argc) {
             const char *w = argv[++i];
-            if (strcmp(w, "uniform") && strcmp(w, "mix")) {
-                fprintf(stderr, "launchprobe: --workload %s: want uniform or mix\n", w);
+            if (strcmp(w, "uniform") && strcmp(w, "mix") && strcmp(w, "graph")) {
+                fprintf(stderr, "launchprobe: --workload %s: want uniform, mix or graph\n", w);
                 return 2;
             }
             is_mix = !strcmp(w, "mix");
+            is_graph = !strcmp(w, "graph");
         } else if (!strcmp(argv[i], "--api") && i + 1 < argc)
             api = argv[++i];
         else if (!strcmp(argv[i], "--ex"))
@@ -125,11 +127,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "launchprobe: --api %s: want kernel, ex, coop, multi or legacy\n", api);
         return 2;
     }
-    if (window <= 0 || seconds <= 0 || (a_legacy && (is_mix || kernel_us))) {
+    if (window <= 0 || seconds <= 0 || (a_legacy && (is_mix || is_graph || kernel_us))) {
         fprintf(stderr, "launchprobe: --seconds and --window must be > 0; --api legacy runs the empty kernel only\n");
         return 2;
     }
-    int spin = is_mix || kernel_us;
+    int spin = is_mix || is_graph || kernel_us;
     const char *ns = getenv("FAKEGPU_LAUNCH_NS");
     double launch_ns = ns ? atof(ns) : 0;
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -158,6 +160,10 @@ int main(int argc, char **argv)
     __typeof__(&cuLaunchCooperativeKernelMultiDevice) launch_multi = NULL;
     __typeof__(&cuFuncSetBlockShape) shape = NULL;
     __typeof__(&cuLaunchGrid) launch_grid = NULL;
+    __typeof__(&cuGraphCreate) gcreate = NULL;
+    __typeof__(&cuGraphAddKernelNode_v2) gadd = NULL;
+    __typeof__(&cuGraphInstantiateWithFlags) ginst = NULL;
+    __typeof__(&cuGraphLaunch) glaunch = NULL;
     gpa("cuInit", (void **)&init, 12000, fl, &q);
     gpa("cuDeviceGet", (void **)&dget, 12000, fl, &q);
     gpa("cuDeviceGetAttribute", (void **)&attr, 12000, fl, &q);
@@ -172,9 +178,13 @@ int main(int argc, char **argv)
     gpa("cuLaunchCooperativeKernelMultiDevice", (void **)&launch_multi, 12000, fl, &q);
     gpa("cuFuncSetBlockShape", (void **)&shape, 12000, fl, &q);
     gpa("cuLaunchGrid", (void **)&launch_grid, 12000, fl, &q);
+    gpa("cuGraphCreate", (void **)&gcreate, 12000, fl, &q);
+    gpa("cuGraphAddKernelNode", (void **)&gadd, 12000, fl, &q);
+    gpa("cuGraphInstantiateWithFlags", (void **)&ginst, 12000, fl, &q);
+    gpa("cuGraphLaunch", (void **)&glaunch, 12000, fl, &q);
     if (!init || !dget || !attr || !retain || !setcur || !sync || !load || !getfn || !launch ||
         (a_ex && !launch_ex) || (a_coop && !launch_coop) || (a_multi && !launch_multi) ||
-        (a_legacy && (!shape || !launch_grid))) {
+        (a_legacy && (!shape || !launch_grid)) || (is_graph && (!gcreate || !gadd || !ginst || !glaunch))) {
         printf("{\"error\":\"an entry point is missing\"}\n");
         return 1;
     }
@@ -202,6 +212,38 @@ int main(int argc, char **argv)
         printf("{\"error\":\"cuFuncSetBlockShape %d\"}\n", (int)r);
         return 1;
     }
+    /* The graph: every kernel of the mix once, chained; its parameters are copied at creation. */
+    CUgraphExec gx = NULL;
+    double graph_ns = 0;
+    static unsigned long long gns[NMIX];
+    if (is_graph) {
+        CUgraph g;
+        CUgraphNode prev = NULL, node;
+        if ((r = gcreate(&g, 0))) {
+            printf("{\"error\":\"cuGraphCreate %d\"}\n", (int)r);
+            return 1;
+        }
+        for (unsigned m = 0; m < NMIX; m++) {
+            unsigned b = mix[m].blocks < 0 ? (unsigned)-mix[m].blocks : (unsigned)(mix[m].blocks * sms / mix[m].per_sm);
+            b = b ? b : 1;
+            gns[m] = (unsigned long long)mix[m].us * 1000;
+            void *params[] = {&gns[m]};
+            CUDA_KERNEL_NODE_PARAMS_v2 kp;
+            memset(&kp, 0, sizeof kp);
+            kp.func = fn, kp.gridDimX = b, kp.gridDimY = 1, kp.gridDimZ = 1;
+            kp.blockDimX = 1, kp.blockDimY = 1, kp.blockDimZ = 1, kp.kernelParams = params;
+            if ((r = gadd(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &kp))) {
+                printf("{\"error\":\"cuGraphAddKernelNode %d\"}\n", (int)r);
+                return 1;
+            }
+            prev = node;
+            graph_ns += (double)gns[m] * (double)((b + (unsigned)sms - 1) / (unsigned)sms);
+        }
+        if ((r = ginst(&gx, g, 0))) {
+            printf("{\"error\":\"cuGraphInstantiateWithFlags %d\"}\n", (int)r);
+            return 1;
+        }
+    }
     static double win[MAX_WINDOWS];
     int nwin = 0;
     unsigned long long n = 0, k = 0;
@@ -224,7 +266,10 @@ int main(int argc, char **argv)
         double nominal = spin ? (double)kns * (double)((b + (unsigned)sms - 1) / (unsigned)sms) : launch_ns;
         void *params[] = {&kns};
         void **pp = spin ? params : NULL;
-        if (a_ex) {
+        if (is_graph) {
+            nominal = graph_ns;
+            r = glaunch(gx, NULL);
+        } else if (a_ex) {
             CUlaunchConfig cfg;
             memset(&cfg, 0, sizeof cfg);
             cfg.gridDimX = b, cfg.gridDimY = 1, cfg.gridDimZ = 1;

@@ -51,47 +51,50 @@ static int __attribute__((noinline)) throttle(uint64_t kernels, uint64_t blocks)
     lb_guard_leave();                                                                                               \
     return r
 
-#define LAUNCH(w, blocks, call) LAUNCH_N(w, 1, blocks, call)
-
-LB_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                  unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params,
-                                  void **extra)
+/* Initialised, nothing limited, and the region already marked this monitor period: the launch
+ * is the driver's. Evaluated before anything that needs a stack frame, so the wrapper is a few
+ * loads and a tail jump; everything else is in its noinline slow half. */
+static inline int fast_path(void)
 {
-    LAUNCH(cuLaunchKernel, grid_blocks(gx, gy, gz), real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+    struct lb_region_header *h;
+    return __builtin_expect(atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE, 1) &&
+           !lb_launch_limited && (h = lb_region) != NULL &&
+           atomic_load_explicit(&h->recent_kernel, memory_order_relaxed);
 }
 
-LB_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
-                                       CUstream s, void **params, void **extra)
-{
-    LAUNCH(cuLaunchKernel_ptsz, grid_blocks(gx, gy, gz), real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
-}
+/* WRAP(w, (params), (args), kernels, blocks): the exported wrapper w and its slow half. */
+#define WRAP(w, params, args, kernels, blocks)                                                                      \
+    static CUresult __attribute__((noinline)) slow_##w params                                                       \
+    {                                                                                                               \
+        LAUNCH_N(w, kernels, blocks, real args);                                                                    \
+    }                                                                                                               \
+    LB_EXPORT CUresult w params                                                                                     \
+    {                                                                                                               \
+        __typeof__(&w) real = (__typeof__(&w))atomic_load_explicit(&lb_real[LB_ID_##w], memory_order_relaxed);      \
+        if (__builtin_expect(real != NULL && fast_path(), 1))                                                       \
+            return real args;                                                                                       \
+        return slow_##w args;                                                                                       \
+    }
 
-LB_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
-{
-    LAUNCH(cuLaunchKernelEx, config ? grid_blocks(config->gridDimX, config->gridDimY, config->gridDimZ) : 1,
-           real(config, f, params, extra));
-}
+#define KPARAMS                                                                                                     \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
+     unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
+#define KARGS (f, gx, gy, gz, bx, by, bz, shm, s, params, extra)
+WRAP(cuLaunchKernel, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz))
+WRAP(cuLaunchKernel_ptsz, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz))
 
-LB_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
-{
-    LAUNCH(cuLaunchKernelEx_ptsz, config ? grid_blocks(config->gridDimX, config->gridDimY, config->gridDimZ) : 1,
-           real(config, f, params, extra));
-}
+#define EX_BLOCKS (config ? grid_blocks(config->gridDimX, config->gridDimY, config->gridDimZ) : 1)
+WRAP(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **params, void **extra),
+     (config, f, params, extra), 1, EX_BLOCKS)
+WRAP(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f, void **params, void **extra),
+     (config, f, params, extra), 1, EX_BLOCKS)
 
-LB_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                             unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
-                                             CUstream s, void **params)
-{
-    LAUNCH(cuLaunchCooperativeKernel, grid_blocks(gx, gy, gz), real(f, gx, gy, gz, bx, by, bz, shm, s, params));
-}
-
-LB_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                                  unsigned int bx, unsigned int by, unsigned int bz,
-                                                  unsigned int shm, CUstream s, void **params)
-{
-    LAUNCH(cuLaunchCooperativeKernel_ptsz, grid_blocks(gx, gy, gz), real(f, gx, gy, gz, bx, by, bz, shm, s, params));
-}
+#define CPARAMS                                                                                                     \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
+     unsigned int bz, unsigned int shm, CUstream s, void **params)
+#define CARGS (f, gx, gy, gz, bx, by, bz, shm, s, params)
+WRAP(cuLaunchCooperativeKernel, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz))
+WRAP(cuLaunchCooperativeKernel_ptsz, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz))
 
 /* The launches of the list may be on several devices; they are charged to the current one
  * (the list is one cooperative kernel, and the API is deprecated since CUDA 11.3). */
@@ -105,22 +108,9 @@ static uint64_t multi_blocks(const CUDA_LAUNCH_PARAMS *l, unsigned n)
     return sum;
 }
 
-LB_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
-{
-    LAUNCH_N(cuLaunchCooperativeKernelMultiDevice, n ? n : 1, multi_blocks(list, n), real(list, n, flags));
-}
+WRAP(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS * list, unsigned int n, unsigned int flags),
+     (list, n, flags), n ? n : 1, multi_blocks(list, n))
 
-LB_EXPORT CUresult cuLaunch(CUfunction f)
-{
-    LAUNCH(cuLaunch, 1, real(f));
-}
-
-LB_EXPORT CUresult cuLaunchGrid(CUfunction f, int w, int h)
-{
-    LAUNCH(cuLaunchGrid, legacy_blocks(w, h), real(f, w, h));
-}
-
-LB_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s)
-{
-    LAUNCH(cuLaunchGridAsync, legacy_blocks(w, h), real(f, w, h, s));
-}
+WRAP(cuLaunch, (CUfunction f), (f), 1, 1)
+WRAP(cuLaunchGrid, (CUfunction f, int w, int h), (f, w, h), 1, legacy_blocks(w, h))
+WRAP(cuLaunchGridAsync, (CUfunction f, int w, int h, CUstream s), (f, w, h, s), 1, legacy_blocks(w, h))

@@ -237,6 +237,14 @@ static void *watcher(void *arg)
     __typeof__(&nvmlInit_v2) init = LB_REAL(nvmlInit_v2);
     if (!init || init() != NVML_SUCCESS)
         LB_WARN("compute limit: NVML is not available; launches are paced at the learned rate only");
+    /* A new episode (first throttled launch, or the first after 5 idle seconds, or a fork
+     * child): the learned rate stays, the measurements of the last one do not. */
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+        struct bucket *b = &g_b[d];
+        memset(b->ring, 0, sizeof b->ring);
+        b->seen = atomic_load(&b->launched);
+        b->steps = 0, b->deficit = 0, b->cost = 0;
+    }
     int64_t next = now_ns();
     unsigned tick = 0, idle = 0;
     for (;;) {

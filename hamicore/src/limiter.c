@@ -169,6 +169,12 @@ static int container_util(int d, uint64_t launched_in_window)
     return (int)u.gpu;
 }
 
+/* `default` with the node monitor's switch off: not limited now. */
+static int switched_off(void)
+{
+    return lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load_explicit(&lb_region->util_switch, memory_order_relaxed);
+}
+
 static void control(int d, struct bucket *b)
 {
     uint64_t launched = atomic_load(&b->launched);
@@ -183,6 +189,18 @@ static void control(int d, struct bucket *b)
     if (u < 0)
         return; /* no reading: keep the rate */
     double t = b->limit;
+    if (switched_off()) {
+        /* Only measure: the cost of a unit, and the rate that would hold T with it. The
+         * throttled episode's ramp and integral start when the switch comes on. */
+        if (u > 0 && units > 0) {
+            double c = (double)u / (double)units;
+            b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+            int64_t next = (int64_t)(t / b->cost);
+            atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
+        }
+        b->steps = WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
+        return;
+    }
     /* The integral starts after the ramp (2 s: the limit is specified from there on, and paying
      * back the ramp's overshoot would only move the error into the next seconds); it counts a
      * shortfall only while launches were held back, so an idle or lightly loaded process does
@@ -313,13 +331,28 @@ static uint32_t sm_count(int dev)
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct bucket *b = &g_b[dev];
-    if (!b->limit || (lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load(&lb_region->util_switch)))
+    if (!b->limit)
         return;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed))
         atomic_store(&b->in_use, 1);
     uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
     if (!sm)
         atomic_store(&b->sm, sm = sm_count(dev));
+    /* units = kernels + blocks / SMs, in milli-units, saturating */
+    uint64_t cap = (uint64_t)(RATE_MAX / MILLI);
+    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
+    uint64_t frac = blocks / sm < cap ? (blocks % sm) * MILLI / sm : 0;
+    int64_t cost = (int64_t)((k + w) * MILLI + frac);
+    if (cost > RATE_MAX)
+        cost = RATE_MAX;
+    if (switched_off()) {
+        /* Not limited, but measured: the watcher keeps pairing this work with U, so the moment
+         * the switch comes on the rate is already the right one (and the work queued while
+         * unthrottled is not mistaken for the cost of the first throttled launches). */
+        ensure_watcher();
+        atomic_fetch_add(&b->launched, (uint64_t)cost);
+        return;
+    }
     if (atomic_load(&b->tokens) <= 0)
         atomic_store(&b->hungry, 1);
     while (atomic_load(&b->tokens) <= 0) {
@@ -328,15 +361,10 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
             return; /* no refills will come: not limited rather than blocked forever */
         struct timespec ts = {0, 1000000}; /* 1 ms: a tenth of a refill tick */
         nanosleep(&ts, NULL);
+        if (switched_off())
+            break; /* the monitor let go meanwhile */
     }
     ensure_watcher();
-    /* units = kernels + blocks / SMs, in milli-units, saturating */
-    uint64_t cap = (uint64_t)(RATE_MAX / MILLI);
-    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
-    uint64_t frac = blocks / sm < cap ? (blocks % sm) * MILLI / sm : 0;
-    int64_t cost = (int64_t)((k + w) * MILLI + frac);
-    if (cost > RATE_MAX)
-        cost = RATE_MAX;
     atomic_fetch_sub(&b->tokens, cost);
     atomic_fetch_add(&b->launched, (uint64_t)cost);
 }

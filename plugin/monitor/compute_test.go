@@ -23,6 +23,7 @@ type container struct {
 	name   string
 	env    []string // CUDA_DEVICE_SM_LIMIT, GPU_CORE_UTILIZATION_POLICY, CUDA_TASK_PRIORITY
 	lo, hi float64  // its busy fraction after the first 2 s
+	late   bool     // starts a second after the others: its neighbours are already busy
 }
 
 type probeOut struct {
@@ -61,7 +62,22 @@ func runNode(t *testing.T, seconds int, cs []container) map[string]probeOut {
 	outs := make([]bytes.Buffer, len(cs))
 	errs := make([]bytes.Buffer, len(cs))
 	cmds := make([]*exec.Cmd, len(cs))
+	order := make([]int, 0, len(cs))
 	for i, c := range cs {
+		if !c.late {
+			order = append(order, i)
+		}
+	}
+	for i, c := range cs {
+		if c.late {
+			order = append(order, i)
+		}
+	}
+	for n, i := range order {
+		c := cs[i]
+		if c.late && (n == 0 || !cs[order[n-1]].late) {
+			time.Sleep(time.Second)
+		}
 		pod := filepath.Join(dir, fmt.Sprintf("pod%d_main", i))
 		if err := os.MkdirAll(pod, 0o755); err != nil {
 			t.Fatal(err)
@@ -106,22 +122,25 @@ func TestDefaultPolicyOnANode(t *testing.T) {
 	const lim = "CUDA_DEVICE_SM_LIMIT=30"
 	def, force := "GPU_CORE_UTILIZATION_POLICY=default", "GPU_CORE_UTILIZATION_POLICY=force"
 	neighbour := func(prio int) container {
-		return container{"neighbour", []string{"CUDA_DEVICE_SM_LIMIT=20", force, fmt.Sprintf("CUDA_TASK_PRIORITY=%d", prio)}, 0.12, 0.28}
+		return container{"neighbour", []string{"CUDA_DEVICE_SM_LIMIT=20", force, fmt.Sprintf("CUDA_TASK_PRIORITY=%d", prio)}, 0.12, 0.28, false}
 	}
 	cases := []struct {
 		name string
 		cs   []container
 	}{
-		{"alone: not throttled", []container{{"a", []string{lim, def}, 0.95, 1.1}}},
+		{"alone: not throttled", []container{{"a", []string{lim, def}, 0.95, 1.1, false}}},
+		// Started next to a busy neighbour. (A container that is already running unthrottled
+		// when a neighbour appears has up to ~1 s of work queued; it then launches almost nothing
+		// until that has run, so its share holds over time but not in the next seconds.)
 		{"busy neighbour of equal priority: throttled", []container{
-			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=1"}, 0.22, 0.38}, neighbour(1)}},
+			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=1"}, 0.22, 0.38, true}, neighbour(1)}},
 		{"busy neighbour of higher priority: throttled", []container{
-			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=2"}, 0.22, 0.38}, neighbour(1)}},
+			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=2"}, 0.22, 0.38, true}, neighbour(1)}},
 		// The unthrottled container keeps fakegpu's one FIFO timeline full, so the neighbour's
 		// kernels run ~1 s after their launch and its own 20 % is not judged here.
 		{"busy neighbour of lower priority: not throttled", []container{
-			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=1"}, 0.65, 1.0},
-			{"neighbour", []string{"CUDA_DEVICE_SM_LIMIT=20", force, "CUDA_TASK_PRIORITY=2"}, 0, 0.35}}},
+			{"a", []string{lim, def, "CUDA_TASK_PRIORITY=1"}, 0.65, 1.0, true},
+			{"neighbour", []string{"CUDA_DEVICE_SM_LIMIT=20", force, "CUDA_TASK_PRIORITY=2"}, 0, 0.35, false}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,6 +74,20 @@ int main(int argc, char **argv)
     printf("],\"used_total\":[");
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         printf("%s%llu", d ? "," : "", (unsigned long long)h->used_total[d]);
-    printf("],\"util_switch\":%u}\n", (unsigned)h->util_switch);
+    printf("],\"util_switch\":%u,\"recent_kernel\":%u,\"dev_uuid\":[", (unsigned)h->util_switch,
+           (unsigned)h->recent_kernel);
+    /* GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, or "" while not stamped */
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+        const uint8_t *u = h->dev_uuid[d];
+        int known = 0;
+        for (int i = 0; i < 16; i++)
+            known |= u[i];
+        printf("%s\"", d ? "," : "");
+        if (known)
+            printf("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+                   u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+        printf("\"");
+    }
+    printf("]}\n");
     return 0;
 }

@@ -41,9 +41,11 @@ static void init_once(void)
         LB_INFO("CUDA_DISABLE_CONTROL=true: no limits are enforced in this process");
         state = LB_STATE_PASSTHROUGH;
     } else {
+        /* Before the region: a fork while this thread holds the region's claim lock must give a
+         * child that re-initialises it (the child runs this pipeline again). */
+        pthread_atfork(NULL, NULL, atfork_child);
         lb_region_init(&lb_cfg);
         lb_limiter_init();
-        pthread_atfork(NULL, NULL, atfork_child);
     }
     lb_guard_leave();
     atomic_store_explicit(&lb_state, state, memory_order_release);

@@ -11,7 +11,7 @@ OUT := $(if $(filter command line,$(origin OUT)),$(OUT),$(ROOT)/$(if $(SAN),buil
 
 C_COMPONENTS := $(foreach d,fakegpu hamicore,$(if $(wildcard $(d)/Makefile),$(d)))
 
-.PHONY: help build c go test test-c test-go test-san abi-check bench matrix e2e node-image images clean
+.PHONY: help build c go test test-c test-go test-san test-tsan abi-check bench matrix e2e node-image images clean
 
 help: ## list the targets
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ test-go: ## Go tests with -race
 
 test-san: ## the C tests under AddressSanitizer and UndefinedBehaviorSanitizer
 	@$(MAKE) -s test-c SAN=address,undefined
+
+test-tsan: ## the threaded C path programs (threads, fork) under ThreadSanitizer
+	@$(MAKE) -s -C hamicore test-tsan OUT=$(ROOT)/build-san
 
 abi-check: ## compare our CUDA/NVML declarations with the real headers
 	@scripts/abi-check.sh

@@ -22,6 +22,8 @@ command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU 
 set -e
 make -s -C hamicore OUT="$out" >/dev/null
 make -s -C fakegpu tools-real OUT="$out" >/dev/null
+# The path programs against the real driver: linked by soname, no fakegpu anywhere (PATH_LINK=).
+make -s -C hamicore paths OUT="$out" PATH_LINK= >/dev/null
 mkdir -p "$out/bin-real"
 nvcc -O2 -o "$out/bin-real/cudart_probe" harness/gpu/cudart_probe.cu
 set +e
@@ -83,6 +85,63 @@ done
 check "login cudart cudaMalloc 4096" refused "$(in_container "$lib" "$bin/cudart_probe" alloc 4096 2>&1)"
 check "login nvidia-smi total" '3000MiB' "$(in_container "$lib" /usr/bin/nvidia-smi 2>&1)"
 check "login joined the pod's usage.cache" '"pid"' "$("$out/bin/regiondump" "$cache/usage.cache" 2>&1)"
+
+echo "== allocation paths (hamicore/test/paths): natively, env session, login session"
+# Each program prints "PASS <name> (<mode>)"; 77 = cannot run here (device order needs 2 GPUs).
+paths() { # MODE RUNNER...
+	local mode=$1 p got rc
+	shift
+	for p in vmm ctx pool graph array order stress fork dlsym; do
+		local pre=()
+		[ "$p" = order ] && pre=(CUDA_VISIBLE_DEVICES=1,0)
+		if [ "$p" = dlsym ]; then
+			[ "$mode" != env ] && pre+=(LD_PRELOAD="$out/lib/path-dlsym-shim.so") # login: after ld.so.preload
+			[ "$mode" = env ] && pre+=(LD_PRELOAD="$lib $out/lib/path-dlsym-shim.so")
+		fi
+		local expect=limited
+		[ "$mode" = native ] && expect=native
+		got=$("$@" "${pre[@]}" PATH_EXPECT=$expect "$out/bin/path-$p" 2>&1)
+		rc=$?
+		if [ $rc = 77 ]; then
+			printf 'SKIP %-46s %s\n' "$mode path-$p" "$(tail -1 <<<"$got")"
+			continue
+		fi
+		check "$mode path-$p" "PASS " "$(grep -E '^(FAIL|PASS) ' <<<"$got" | tr '\n' ' ')"
+	done
+}
+paths native env
+paths env env LD_PRELOAD="$lib" "${envlimit[@]}"
+paths login in_container "$lib" PATH_LOGIN=1
+
+echo "== real frameworks (only where PyTorch is installed)"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+	torch_vmm='import torch
+try:
+    x = [torch.empty(512 << 20, dtype=torch.uint8, device="cuda") for _ in range(16)]
+    print("granted", len(x))
+except torch.cuda.OutOfMemoryError:
+    print("refused OutOfMemoryError")'
+	check "env torch expandable segments 8 GiB" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
+		PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 -c "$torch_vmm" 2>&1 | sed 's/refused OutOfMemoryError/"error":"OUT_OF_MEMORY"/')"
+	torch_graph='import torch
+s = torch.cuda.Stream()
+g = torch.cuda.CUDAGraph()
+try:
+    with torch.cuda.graph(g, stream=s):
+        x = torch.empty(4096 << 20, dtype=torch.uint8, device="cuda")
+    g.replay()
+    print("granted")
+except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+    print("refused", type(e).__name__)'
+	check "env torch 4 GiB inside a captured graph" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
+		python3 -c "$torch_graph" 2>&1 | sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
+	# The stream-ordered allocator: inside capture the allocation is a graph memory node.
+	check "env torch cudaMallocAsync 4 GiB inside a captured graph" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
+		PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -c "$torch_graph" 2>&1 |
+		sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
+else
+	echo "SKIP real frameworks: python3 -c 'import torch' with CUDA is not available"
+fi
 
 echo "== legacy: the same with the HAMi-core v2.10 profile (the upstream bug)"
 check "legacy login cudaprobe 4096" granted "$(in_container "$legacy" "$bin/cudaprobe" --mib 4096 2>&1)"

@@ -25,6 +25,9 @@ make -s test-c
 step "C: unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 make -s test-san
 
+step "C: the threaded path programs (threads, fork) under ThreadSanitizer"
+make -s test-tsan
+
 if [ -f hamicore/Makefile ] && grep -q '^fuzz:' hamicore/Makefile; then
 	step "C: limits-file reader under libFuzzer (bounded)"
 	make -s -C hamicore fuzz OUT="$PWD/build" FUZZ_SECONDS="${FUZZ_SECONDS:-20}"

@@ -87,6 +87,7 @@ typedef struct live_alloc {
 } live_alloc;
 
 static fg_stream streams[FG_MAX_STREAMS];
+static int g_capturing; /* streams capturing now: the launch and allocation paths skip the lock at 0 */
 static gmem gm[FG_MAX_UNITS];
 /* Registries: plain pointer vectors (tests create few objects). */
 static graph **graphs;
@@ -182,6 +183,7 @@ FG_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
             if (i >= 0)
                 reg_del((void **)graphs, &ngraphs, i);
             graph_free(s->capture);
+            __atomic_sub_fetch(&g_capturing, 1, __ATOMIC_RELEASE);
         }
         memset(s, 0, sizeof *s);
     }
@@ -853,6 +855,7 @@ void fg_graph_forget_all(void) {
     lives = NULL, nlives = caplives = 0;
     memset(streams, 0, sizeof streams);
     memset(gm, 0, sizeof gm);
+    g_capturing = 0;
 }
 
 FG_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
@@ -931,6 +934,8 @@ static CUresult begin(CUstream hStream, CUstreamCaptureMode mode) {
         r = CUDA_ERROR_ILLEGAL_STATE;
     else if (!(s->capture = graph_new()))
         r = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        __atomic_add_fetch(&g_capturing, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
 }
@@ -957,7 +962,7 @@ FG_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
     else if (!s || !s->capture)
         r = CUDA_ERROR_ILLEGAL_STATE;
     else
-        *phGraph = (CUgraph)s->capture, s->capture = NULL;
+        *phGraph = (CUgraph)s->capture, s->capture = NULL, __atomic_sub_fetch(&g_capturing, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
 }
@@ -990,6 +995,8 @@ static graph *capturing(CUstream h) {
 }
 
 int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult *r) {
+    if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE))
+        return 0;
     fg_ctx *c = fg_cu_current();
     pthread_mutex_lock(&fg_cu.mu);
     graph *g = capturing(hStream);
@@ -1002,6 +1009,8 @@ int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult 
 }
 
 int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r) {
+    if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE))
+        return 0;
     pthread_mutex_lock(&fg_cu.mu);
     graph *g = capturing(hStream);
     if (g) {
@@ -1018,6 +1027,8 @@ int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r) {
 }
 
 int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, uint64_t ns, CUresult *r) {
+    if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE))
+        return 0;
     pthread_mutex_lock(&fg_cu.mu);
     graph *g = capturing(hStream);
     if (g) {

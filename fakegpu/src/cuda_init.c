@@ -8,8 +8,6 @@
 
 fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
 /* fork: hold our mutex across it so the child gets a consistent table, then make the child a
  * fresh process for the device: no contexts, no allocations, its own state slot. */
 static void fork_prepare(void) { pthread_mutex_lock(&fg_cu.mu); }
@@ -23,7 +21,9 @@ static void fork_child(void) {
     fg_state_after_fork(&fg_cu.st);
     pthread_mutex_unlock(&fg_cu.mu);
 }
-static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+/* Registered when the library is loaded (registration only): a fork racing with the first
+ * cuInit, which holds the mutex, must wait for it rather than leave the child's copy locked. */
+static void __attribute__((constructor)) register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 static void add_ordinal(const fg_profile *p, unsigned d, int m) {
     const fg_device *dv = &p->dev[d];
@@ -80,10 +80,14 @@ static void enumerate(const fg_profile *p) {
             all_d[n] = d, all_m[n++] = (int)m;
     }
     /* CUDA_DEVICE_ORDER: FASTEST_FIRST (the default) puts the most capable devices first
-     * (compute capability, then SM count; ties keep PCI order); PCI_BUS_ID keeps the PCI order,
+     * (compute capability, then SM count; ties keep PCI order; profiles with MIG instances are
+     * not reordered); PCI_BUS_ID keeps the PCI order,
      * which is NVML's. CUDA_VISIBLE_DEVICES indexes count in this order. */
     const char *order = getenv("CUDA_DEVICE_ORDER");
-    if (!order || strcmp(order, "PCI_BUS_ID") != 0) {
+    int mig = 0; /* MIG instances keep the profile's order (the fake has no speed for them) */
+    for (unsigned i = 0; i < n; i++)
+        mig |= all_m[i] >= 0;
+    if (!mig && (!order || strcmp(order, "PCI_BUS_ID") != 0)) {
         for (unsigned i = 1; i < n; i++) /* stable insertion sort, n <= FG_MAX_UNITS */
             for (unsigned j = i; j > 0 && faster(p, all_d[j], all_m[j], all_d[j - 1], all_m[j - 1]); j--) {
                 unsigned td = all_d[j];
@@ -119,7 +123,6 @@ static void enumerate(const fg_profile *p) {
 FG_EXPORT CUresult cuInit(unsigned int Flags) {
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_once(&atfork_once, register_atfork);
     pthread_mutex_lock(&fg_cu.mu);
     CUresult rc = fg_cu.init_rc;
     if (!fg_cu.initialized && rc == CUDA_SUCCESS) {

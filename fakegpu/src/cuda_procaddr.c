@@ -22,6 +22,9 @@
 #define FG_CUDA(kind, name, ver, sym, pt) FG_CUDA_##kind(sym, pt)
 #include "cuda_api.def"
 #undef FG_CUDA
+#define FG_STUB(sym) FG_STUB_FN(sym)
+#include "cuda_stubs.def"
+#undef FG_STUB
 
 typedef struct proc {
     const char *name;

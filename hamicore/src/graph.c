@@ -16,6 +16,7 @@
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
+#include "memory.h"
 #include "region.h"
 #include "reserve.h"
 #include "symbols.h"
@@ -39,11 +40,11 @@ static void parent(void) { pthread_mutex_unlock(&g_mu); }
 static void child(void)
 {
     g_nexecs = 0;
-    pthread_mutex_init(&g_mu, NULL);
+    pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */
 }
-static void __attribute__((constructor)) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
+static void __attribute__((constructor(101))) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
-static int enforcing(void) { return !lb_guard && lb_active() && lb_region; }
+static int enforcing(void) { return !lb_guard && lb_active(); }
 
 static void __attribute__((noinline, cold)) log_once(const char *what)
 {
@@ -164,6 +165,10 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
     struct exec_rec e;
     if (!enforcing() || !lookup(x, &e, 0))
         return call(x, s);
+    if (!lb_region) {
+        lb_log_no_region(api);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uint64_t growth = lb_graph_growth(e.dev, e.bytes);
     if (!lb_region_reserve(e.dev, growth) && !(lb_reserve_settle_all(e.dev) && lb_region_reserve(e.dev, growth))) {
         LB_WARN("%s: device %d: graph memory of %llu bytes refused: the container uses %llu of its %llu-byte limit", api,

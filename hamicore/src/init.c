@@ -5,7 +5,8 @@
  *   2. logging: the level is now known; diagnostics collected so far are printed;
  *   3. CUDA_DISABLE_CONTROL=true: stop here, pure pass-through;
  *   4. the shared region (usage.cache) and this process's slot (region.c);
- *   5. fork handling: a child gets its own slot at its first allocation.
+ *   5. fork handling (handlers registered at load): a child gets its own slot at its first
+ *      allocation.
  * Driver symbols are resolved lazily, on first use (symbols.c).
  */
 #include "init.h"
@@ -16,24 +17,40 @@
 #include "context.h"
 #include "limiter.h"
 #include "log.h"
-#include "memory.h"
 #include "region.h"
 
 _Atomic int lb_state = LB_STATE_UNINIT;
 _Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void atfork_child(void)
+/* fork: each module registers its own handlers (memory, vmm, graph, reserve, region); these
+ * are the initialisation's. A fork while another thread initialises waits for it (prepare), so
+ * the child never inherits a half-done initialisation nor a lock held by it. */
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void fork_prepare(void) { pthread_mutex_lock(&g_init_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_init_mu); }
+static void fork_child(void)
 {
-    /* The child is a new process: it must not charge the parent's slot nor free the parent's
-     * pointers. Only flags are touched here; the new slot is claimed lazily. */
-    lb_region_after_fork();
+    pthread_mutex_unlock(&g_init_mu);
+    /* The child is a new process: it must not charge the parent's slot. Only flags are touched
+     * here; the new slot is claimed lazily. */
     lb_ctx_changed_all();
-    lb_limiter_after_fork();
+    if (atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE)
+        lb_limiter_after_fork();
+}
+
+/* Registration only, when the library is loaded: no work in a constructor. After every other
+ * module's (priority 101): prepare handlers run in reverse order, so this one takes the
+ * initialisation lock before any module lock the initialisation itself may take. */
+static void __attribute__((constructor(102))) init_register_fork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static void init_once(void)
 {
+    pthread_mutex_lock(&g_init_mu);
     lb_guard_enter();
     lb_config_load();
     int state = LB_STATE_ENFORCE;
@@ -41,14 +58,12 @@ static void init_once(void)
         LB_INFO("CUDA_DISABLE_CONTROL=true: no limits are enforced in this process");
         state = LB_STATE_PASSTHROUGH;
     } else {
-        /* Before the region: a fork while this thread holds the region's claim lock must give a
-         * child that re-initialises it (the child runs this pipeline again). */
-        pthread_atfork(NULL, NULL, atfork_child);
         lb_region_init(&lb_cfg);
         lb_limiter_init();
     }
     lb_guard_leave();
     atomic_store_explicit(&lb_state, state, memory_order_release);
+    pthread_mutex_unlock(&g_init_mu);
 }
 
 int lb_active_slow(void)

@@ -144,7 +144,7 @@ static void fork_child(void)
 
 /* Registration only (no work): handlers must exist before the first fork, even one racing with
  * the library's initialisation. */
-static void __attribute__((constructor)) memory_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
+static void __attribute__((constructor(101))) memory_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
 
 /* Every entry the destroyed context owned: the driver freed it. */
 void lb_memory_ctx_gone(uintptr_t ctx)
@@ -191,7 +191,7 @@ static inline int enforcing(void)
     return 1;
 }
 
-static void __attribute__((noinline, cold)) log_no_region(const char *api)
+void lb_log_no_region(const char *api)
 {
     static _Atomic int logged;
     if (!atomic_exchange(&logged, 1))
@@ -214,7 +214,7 @@ static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_
     c->owner = 0;
     c->kind = E_DIRECT;
     if (__builtin_expect(!lb_region, 0)) {
-        log_no_region(api);
+        lb_log_no_region(api);
         return CH_REFUSED;
     }
     if (lb_region_reserve(dev, bytes))
@@ -272,45 +272,6 @@ static inline CUresult uncharge_settle(const struct charge *c, const struct tabl
     __typeof__(&w) real = LB_REAL(w);                                                                               \
     if (!real)                                                                                                      \
         return CUDA_ERROR_NOT_FOUND
-
-LB_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
-{
-    REAL_OR_FAIL(cuMemAlloc_v2);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAlloc", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
-}
-
-CUresult lbw_cuMemAlloc_v1(lb_deviceptr_v1 *dptr, unsigned int bytesize)
-{
-    REAL_OR_FAIL(lbw_cuMemAlloc_v1);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAlloc", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
-}
-
-LB_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
-{
-    REAL_OR_FAIL(cuMemAllocManaged);
-    struct charge c;
-    int st = charge_cur(&c, "cuMemAllocManaged", bytesize);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, bytesize, flags) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, bytesize, flags);
-    lb_guard_leave();
-    return charge_settle(&c, &g_ptrs, r, r == CUDA_SUCCESS ? *dptr : 0);
-}
 
 /* Stream-ordered allocations come out of a pool, which the driver grows and keeps reserved by
  * its release threshold: they are charged by the pool's reserve (reserve.c), refused before the
@@ -418,36 +379,6 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsi
     return b;
 }
 
-LB_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
-{
-    REAL_OR_FAIL(cuArrayCreate_v2);
-    if (!d || !pHandle)
-        return real(pHandle, d);
-    struct charge c;
-    int st = charge_cur(&c, "cuArrayCreate", array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels));
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(pHandle, d) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(pHandle, d);
-    lb_guard_leave();
-    return charge_settle(&c, &g_arrays, r, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
-}
-
-LB_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
-{
-    REAL_OR_FAIL(cuArray3DCreate_v2);
-    if (!d || !pHandle)
-        return real(pHandle, d);
-    struct charge c;
-    int st = charge_cur(&c, "cuArray3DCreate", array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels));
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(pHandle, d) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(pHandle, d);
-    lb_guard_leave();
-    return charge_settle(&c, &g_arrays, r, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
-}
-
 /* Every level: level l is max(1, dim >> l) in each dimension. */
 static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
 {
@@ -459,34 +390,6 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
             return UINT64_MAX;
     }
     return total;
-}
-
-LB_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
-                                          unsigned int numMipmapLevels)
-{
-    REAL_OR_FAIL(cuMipmappedArrayCreate);
-    if (!d || !pHandle)
-        return real(pHandle, d, numMipmapLevels);
-    struct charge c;
-    int st = charge_cur(&c, "cuMipmappedArrayCreate", mipmap_bytes(d, numMipmapLevels));
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(pHandle, d, numMipmapLevels) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(pHandle, d, numMipmapLevels);
-    lb_guard_leave();
-    return charge_settle(&c, &g_arrays, r, r == CUDA_SUCCESS ? (uintptr_t)*pHandle : 0);
-}
-
-LB_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
-{
-    REAL_OR_FAIL(cuMipmappedArrayDestroy);
-    struct charge c;
-    if (!uncharge_begin(&c, &g_arrays, (uintptr_t)h))
-        return real(h);
-    lb_guard_enter();
-    CUresult r = real(h);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_arrays, (uintptr_t)h, r);
 }
 
 LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -527,65 +430,37 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     return charge_settle(&c, &g_ptrs, CUDA_SUCCESS, *dptr);
 }
 
-LB_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
-{
-    REAL_OR_FAIL(cuMemFree_v2);
-    struct charge c;
-    if (!uncharge_begin(&c, &g_ptrs, dptr))
-        return real(dptr);
-    lb_guard_enter();
-    CUresult r = real(dptr);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_ptrs, dptr, r);
-}
-
-CUresult lbw_cuMemFree_v1(lb_deviceptr_v1 dptr)
-{
-    REAL_OR_FAIL(lbw_cuMemFree_v1);
-    struct charge c;
-    if (!uncharge_begin(&c, &g_ptrs, dptr))
-        return real(dptr);
-    lb_guard_enter();
-    CUresult r = real(dptr);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_ptrs, dptr, r);
-}
-
-LB_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemFreeAsync);
-    struct charge c;
-    if (lb_stream_capturing(hStream) || !uncharge_begin(&c, &g_ptrs, dptr))
-        return real(dptr, hStream);
-    lb_guard_enter();
-    CUresult r = real(dptr, hStream);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_ptrs, dptr, r);
-}
-
-LB_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemFreeAsync_ptsz);
-    struct charge c;
-    if (lb_stream_capturing(hStream) || !uncharge_begin(&c, &g_ptrs, dptr))
-        return real(dptr, hStream);
-    lb_guard_enter();
-    CUresult r = real(dptr, hStream);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_ptrs, dptr, r);
-}
-
-LB_EXPORT CUresult cuArrayDestroy(CUarray hArray)
-{
-    REAL_OR_FAIL(cuArrayDestroy);
-    struct charge c;
-    if (!uncharge_begin(&c, &g_arrays, (uintptr_t)hArray))
-        return real(hArray);
-    lb_guard_enter();
-    CUresult r = real(hArray);
-    lb_guard_leave();
-    return uncharge_settle(&c, &g_arrays, (uintptr_t)hArray, r);
-}
+/* The wrappers of one shape (allocs.def). */
+#define LB_ALLOC(w, api, params, args, pass, bytes, out, table)                                                     \
+    LB_EXPORT CUresult w params                                                                                     \
+    {                                                                                                               \
+        REAL_OR_FAIL(w);                                                                                            \
+        if (pass)                                                                                                   \
+            return real args;                                                                                       \
+        struct charge c;                                                                                            \
+        int st = charge_cur(&c, api, bytes);                                                                        \
+        if (st != CH_HELD)                                                                                          \
+            return st == CH_PASS ? real args : CUDA_ERROR_OUT_OF_MEMORY;                                            \
+        lb_guard_enter();                                                                                           \
+        CUresult r = real args;                                                                                     \
+        lb_guard_leave();                                                                                           \
+        return charge_settle(&c, &table, r, r == CUDA_SUCCESS ? (uint64_t)(out) : 0);                               \
+    }
+#define LB_FREE(w, params, args, pass, key, table)                                                                  \
+    LB_EXPORT CUresult w params                                                                                     \
+    {                                                                                                               \
+        REAL_OR_FAIL(w);                                                                                            \
+        struct charge c;                                                                                            \
+        if ((pass) || !uncharge_begin(&c, &table, key))                                                             \
+            return real args;                                                                                       \
+        lb_guard_enter();                                                                                           \
+        CUresult r = real args;                                                                                     \
+        lb_guard_leave();                                                                                           \
+        return uncharge_settle(&c, &table, key, r);                                                                 \
+    }
+#include "allocs.def"
+#undef LB_ALLOC
+#undef LB_FREE
 
 LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {

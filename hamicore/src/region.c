@@ -333,12 +333,27 @@ void lb_region_init(const struct lb_config *cfg)
     lb_region_mine(); /* join the pod's accounting now: the monitor sees the process from its first call */
 }
 
+/* fork: the claim lock is held across it, so the child never inherits it locked by a thread
+ * that does not exist there. fcntl locks are not inherited: the child has no slot until it
+ * claims one. */
+static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
 void lb_region_after_fork(void)
 {
-    /* fcntl locks are not inherited: the child has no slot until it claims one. */
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
     pthread_mutex_init(&g_claim_lock, NULL);
+}
+/* The forking thread holds the claim lock (prepare): in the child it is that thread's to unlock. */
+static void fork_child(void)
+{
+    atomic_store(&lb_region_slot, NULL);
+    g_slot_idx = -1;
+    pthread_mutex_unlock(&g_claim_lock);
+}
+static void __attribute__((constructor(101))) region_register_fork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 int lb_region_reserve_retry(int dev, uint64_t bytes)

@@ -14,6 +14,7 @@ extern struct lb_region_header *lb_region;
 extern _Atomic(struct lb_region_slot *) lb_region_slot;
 
 void lb_region_init(const struct lb_config *cfg);
+/* The forked child's side (its atfork handler): no slot until it claims one. */
 void lb_region_after_fork(void);
 struct lb_region_slot *lb_region_claim(void);
 /* Refused on the fast path: reclaim dead processes' memory and try once more (region.c). */

@@ -137,4 +137,4 @@ static void fork_child(void)
         atomic_store(&g_graph_charged[d], 0);
 }
 
-static void __attribute__((constructor)) reserve_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }
+static void __attribute__((constructor(101))) reserve_register_fork(void) { pthread_atfork(NULL, NULL, fork_child); }

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "hooktable.h"
@@ -26,13 +27,33 @@ static void *const k_wrapper[LB_SYM_COUNT] = {
 
 static const char *const k_sonames[2] = {"libcuda.so.1", "libnvidia-ml.so.1"};
 static void *g_handle[2];
-static pthread_once_t g_lib_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-static pthread_once_t g_all_once[2] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+/* Each library is opened once, under its own mutex rather than a pthread_once: the fork handlers
+ * below hold it across fork, so a child forked while another thread loads the driver never
+ * inherits a once-flag stuck "in progress" (glibc restarts such a once in the child; other
+ * implementations, e.g. sanitizer runtimes', do not). The CUDA driver may load NVML while it
+ * loads: CUDA's mutex comes first. */
+static pthread_mutex_t g_lib_mu[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static _Atomic int g_lib_done[2], g_all_done[2];
 
-typedef void *(*dlsym_fn)(void *, const char *);
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_lib_mu[LB_LIB_CUDA]);
+    pthread_mutex_lock(&g_lib_mu[LB_LIB_NVML]);
+}
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lib_mu[LB_LIB_NVML]);
+    pthread_mutex_unlock(&g_lib_mu[LB_LIB_CUDA]);
+}
+static void __attribute__((constructor(101))) symbols_register_fork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_parent); /* the child's are this thread's too */
+}
+
 static _Atomic(dlsym_fn) g_dlsym;
 
-void *lb_real_dlsym(void *handle, const char *name)
+/* Uninstrumented: reached from sanitizer runtimes before they are initialised (dlsym.c). */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) dlsym_fn lb_real_dlsym_fn(void)
 {
     dlsym_fn f = atomic_load_explicit(&g_dlsym, memory_order_acquire);
     if (!f) {
@@ -42,21 +63,31 @@ void *lb_real_dlsym(void *handle, const char *name)
             f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
         if (!f)
             f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17"); /* aarch64 */
-        if (!f)
-            return NULL;
-        atomic_store_explicit(&g_dlsym, f, memory_order_release);
+        if (f)
+            atomic_store_explicit(&g_dlsym, f, memory_order_release);
     }
-    return f(handle, name);
+    return f;
 }
 
-static void open_cuda(void) { g_handle[LB_LIB_CUDA] = dlopen(k_sonames[LB_LIB_CUDA], RTLD_NOW | RTLD_LOCAL); }
-static void open_nvml(void) { g_handle[LB_LIB_NVML] = dlopen(k_sonames[LB_LIB_NVML], RTLD_NOW | RTLD_LOCAL); }
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) void *lb_real_dlsym(void *handle,
+                                                                                           const char *name)
+{
+    dlsym_fn f = lb_real_dlsym_fn();
+    return f ? f(handle, name) : NULL;
+}
 
 static void *lib_handle(int lib)
 {
-    lb_guard_enter(); /* a driver's constructors may call dlsym/NVML while it loads */
-    pthread_once(&g_lib_once[lib], lib == LB_LIB_CUDA ? open_cuda : open_nvml);
-    lb_guard_leave();
+    if (__builtin_expect(!atomic_load_explicit(&g_lib_done[lib], memory_order_acquire), 0)) {
+        lb_guard_enter(); /* a driver's constructors may call dlsym/NVML while it loads */
+        pthread_mutex_lock(&g_lib_mu[lib]);
+        if (!atomic_load_explicit(&g_lib_done[lib], memory_order_relaxed)) {
+            g_handle[lib] = dlopen(k_sonames[lib], RTLD_NOW | RTLD_LOCAL);
+            atomic_store_explicit(&g_lib_done[lib], 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&g_lib_mu[lib]);
+        lb_guard_leave();
+    }
     return g_handle[lib];
 }
 
@@ -75,8 +106,6 @@ static void resolve_lib(int lib)
         if (k_rows[id].lib == lib && !atomic_load_explicit(&lb_real[id], memory_order_relaxed))
             lb_sym_resolve(id);
 }
-static void resolve_cuda(void) { resolve_lib(LB_LIB_CUDA); }
-static void resolve_nvml(void) { resolve_lib(LB_LIB_NVML); }
 
 void *lb_sym_wrapper_by_name(const char *name)
 {
@@ -88,7 +117,10 @@ void *lb_sym_wrapper_by_name(const char *name)
 
 void *lb_sym_wrap_ptr(int lib, void *p)
 {
-    pthread_once(&g_all_once[lib], lib == LB_LIB_CUDA ? resolve_cuda : resolve_nvml);
+    if (!atomic_load_explicit(&g_all_done[lib], memory_order_acquire)) { /* idempotent: racing is harmless */
+        resolve_lib(lib);
+        atomic_store_explicit(&g_all_done[lib], 1, memory_order_release);
+    }
     for (int id = 0; id < LB_SYM_COUNT; id++)
         if (k_wrapper[id] && k_rows[id].lib == lib && atomic_load_explicit(&lb_real[id], memory_order_relaxed) == p) {
             LB_DEBUG("cuGetProcAddress: %s -> wrapper of %s", k_rows[id].name, k_rows[id].symbol);

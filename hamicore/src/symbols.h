@@ -69,6 +69,8 @@ static inline void *lb_real_get(int id)
 #define LB_REAL(w) ((__typeof__(&w))lb_real_get(LB_ID_##w))
 
 /* glibc's dlsym (never our interposed one). */
+typedef void *(*dlsym_fn)(void *, const char *);
+dlsym_fn lb_real_dlsym_fn(void);
 void *lb_real_dlsym(void *handle, const char *name);
 /* Our wrapper for an interposed name, or NULL. */
 void *lb_sym_wrapper_by_name(const char *name);

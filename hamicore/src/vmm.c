@@ -16,6 +16,7 @@
 #include "guard.h"
 #include "init.h"
 #include "log.h"
+#include "memory.h"
 #include "region.h"
 #include "symbols.h"
 
@@ -47,9 +48,9 @@ static void parent(void) { pthread_mutex_unlock(&g_mu); }
 static void child(void)
 {
     g_nphys = g_nmaps = 0;
-    pthread_mutex_init(&g_mu, NULL);
+    pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */
 }
-static void __attribute__((constructor)) vmm_register_fork(void) { pthread_atfork(prepare, parent, child); }
+static void __attribute__((constructor(101))) vmm_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
 static struct phys *find(CUmemGenericAllocationHandle h)
 {
@@ -91,7 +92,7 @@ LB_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     int dev = prop->location.id;
     if (!lb_region || !lb_region_reserve(dev, size)) {
         if (!lb_region)
-            LB_ERROR("cuMemCreate: no usage region: refused");
+            lb_log_no_region("cuMemCreate");
         else
             LB_WARN("cuMemCreate: device %d: %zu bytes refused: the container uses %llu of its %llu-byte limit", dev, size,
                     (unsigned long long)lb_region_usage(dev), (unsigned long long)lb_region_limit(dev));

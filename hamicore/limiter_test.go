@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -173,5 +174,19 @@ func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
 		if got := rs[i].steady(); got < want-tol || got > want+tol {
 			t.Errorf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)
 		}
+	}
+}
+
+// The utilisation read is the limited CUDA device's own: with CUDA_VISIBLE_DEVICES=1, CUDA
+// ordinal 0 is NVML's GPU 1 (matched by UUID; by index the limiter would read the idle GPU 0 and
+// never throttle).
+func TestComputeLimitFollowsUUID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	environ := e.limited("FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR="+filepath.Join(e.p.Root, "fakegpu", "profiles"),
+		"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+	r := runAll(t, []job{{e, environ, []string{"--seconds", "6", spin1ms}}})[0]
+	if tol := tolerance(); r.steady() < 0.30-tol || r.steady() > 0.30+tol {
+		t.Errorf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", r.steady(), r.Windows, tol)
 	}
 }

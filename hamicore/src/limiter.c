@@ -128,16 +128,40 @@ static int container_pids(unsigned int *pids, int max)
     return n;
 }
 
+/* The NVML device of CUDA ordinal d, matched by UUID (with CUDA_VISIBLE_DEVICES or
+ * CUDA_DEVICE_ORDER the two orders differ); the NVML index d when the UUID cannot be asked. */
+static int nvml_handle(int d, nvmlDevice_t *h)
+{
+    __typeof__(&cuDeviceGetUuid) cu = LB_REAL(cuDeviceGetUuid);
+    __typeof__(&nvmlDeviceGetHandleByUUID) by_uuid = LB_REAL(nvmlDeviceGetHandleByUUID);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    CUuuid u;
+    if (cu && by_uuid && cu(&u, (CUdevice)d) == CUDA_SUCCESS) {
+        static const char hex[] = "0123456789abcdef";
+        char s[48], *o = s;
+        memcpy(o, "GPU-", 4), o += 4;
+        for (int i = 0; i < 16; i++) {
+            if (i == 4 || i == 6 || i == 8 || i == 10)
+                *o++ = '-';
+            *o++ = hex[(unsigned char)u.bytes[i] >> 4];
+            *o++ = hex[(unsigned char)u.bytes[i] & 15];
+        }
+        *o = 0;
+        if (by_uuid(s, h) == NVML_SUCCESS)
+            return 0;
+    }
+    return by_index && by_index((unsigned)d, h) == NVML_SUCCESS ? 0 : -1;
+}
+
 /* The container's utilisation of device d in percent over the last second; -1 if unknown. */
 static int container_util(int d, uint64_t launched_in_window)
 {
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES]; /* watcher thread only */
     static unsigned int pids[LB_REGION_MAX_SLOTS];
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     __typeof__(&nvmlDeviceGetProcessUtilization) per_proc = LB_REAL(nvmlDeviceGetProcessUtilization);
     __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
     nvmlDevice_t h;
-    if (!by_index || by_index((unsigned)d, &h) != NVML_SUCCESS)
+    if (nvml_handle(d, &h) != 0)
         return -1;
     int found = 0;
     unsigned sum = 0;

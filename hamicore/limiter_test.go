@@ -1,94 +1,192 @@
-// Compute limit (CUDA_DEVICE_SM_LIMIT + GPU_CORE_UTILIZATION_POLICY) on fakegpu: each launch is
-// 1 ms of simulated GPU time, launchprobe launches back to back for 3 s and reports the busy
-// fraction over the whole run (until its queue drained). Ratios over seconds, no tight timing.
+// Compute limit (CUDA_DEVICE_SM_LIMIT + GPU_CORE_UTILIZATION_POLICY) on fakegpu: launchprobe
+// launches back to back and reports the busy fraction overall and per 1 s window (fakegpu charges
+// each kernel its simulated duration, so the fraction is exact). The steady figure is the mean of
+// the windows after the first 2 s, as the limit is specified. Ratios over seconds, no tight timing.
 package hamicore_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
 type launchResult struct {
-	Launches     int     `json:"launches"`
-	LaunchError  int     `json:"launch_error"`
-	SyncError    int     `json:"sync_error"`
-	BusyFraction float64 `json:"busy_fraction"`
+	Launches     int       `json:"launches"`
+	LaunchError  int       `json:"launch_error"`
+	SyncError    int       `json:"sync_error"`
+	BusyFraction float64   `json:"busy_fraction"`
+	Windows      []float64 `json:"windows"`
 }
 
-// Tolerance of the limiter, documented in docs/hamicore.md: a 30 % limit lands in 20-40 %.
+// steady is the mean busy fraction of the 1 s windows after the first 2 s.
+func (r launchResult) steady() float64 {
+	if len(r.Windows) < 3 {
+		return -1
+	}
+	s := 0.0
+	for _, w := range r.Windows[2:] {
+		s += w
+	}
+	return s / float64(len(r.Windows)-2)
+}
+
+// Tolerance of the limiter on a steady workload: docs/hamicore.md. CI machines run these next to
+// other busy tests on 2 cores (late refills, late control steps), so CI gets twice the band;
+// docs/benchmarks.md has the exact figures of longer runs.
+func tolerance() float64 {
+	if os.Getenv("CI") == "true" {
+		return 0.06
+	}
+	return 0.03
+}
+
+// Old band for short runs judged over the whole run (start-up included).
 const limitLow, limitHigh = 0.20, 0.40
 
-func (e *env) launches(environ []string, args ...string) launchResult {
-	e.t.Helper()
-	out, _ := e.run(environ, "hamicore-launchprobe", append([]string{"--seconds", "3"}, args...)...)
-	var r launchResult
-	if err := json.Unmarshal([]byte(out), &r); err != nil || r.LaunchError != 0 || r.SyncError != 0 || r.Launches == 0 {
-		e.t.Fatalf("launchprobe %v: %q (%v)", args, out, err)
-	}
-	return r
-}
+const spin1ms = "--kernel-us=1000"
 
+// The limit holds for a uniform kernel, for a mix of shapes and durations whose grid sizes say
+// nothing about their time, and for graph replays; disable, 0 and 100 do not throttle.
 func TestComputeLimit(t *testing.T) {
-	const ms = "FAKEGPU_LAUNCH_NS=1000000"
-	free := newEnv(t)
-	unlimited := free.launches(free.limited(ms))
-	if unlimited.BusyFraction < 0.9 {
-		t.Fatalf("without a compute limit the device was busy %.2f of the time, want ~1 (the test cannot fail otherwise)", unlimited.BusyFraction)
-	}
+	tol := tolerance()
+	force := "GPU_CORE_UTILIZATION_POLICY=force"
 	cases := []struct {
 		name   string
 		env    []string
 		args   []string
 		lo, hi float64
 	}{
-		// The limit holds when it must: force, and default (the region's switch is stamped on).
-		{"30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"}, nil, limitLow, limitHigh},
-		{"30 default", []string{"CUDA_DEVICE_SM_LIMIT=30"}, nil, limitLow, limitHigh},
-		// The per-thread-stream cuLaunchKernelEx through cuGetProcAddress is throttled once, not twice.
-		{"30 force Ex ptsz", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"}, []string{"--ex", "--ptsz", "--blocks", "4"}, limitLow, limitHigh},
-		// disable: never limited; 100 and 0 mean no limit.
-		{"30 disable", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=disable"}, nil, 0.9, 1.01},
-		{"100 force", []string{"CUDA_DEVICE_SM_LIMIT=100", "GPU_CORE_UTILIZATION_POLICY=force"}, nil, 0.9, 1.01},
-		{"0 force", []string{"CUDA_DEVICE_SM_LIMIT=0", "GPU_CORE_UTILIZATION_POLICY=force"}, nil, 0.9, 1.01},
+		{"uniform 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
+		{"mix 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=mix"}, 0.30 - tol, 0.30 + tol},
+		{"mix 60 force", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol},
+		// Graph replays: the executable graph's kernel nodes, counted at instantiation, charged per cuGraphLaunch.
+		{"graph 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol},
+		{"graph 60 force ptsz", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=graph", "--ptsz"}, 0.60 - tol, 0.60 + tol},
+		// Without a monitor the region's switch stays as stamped (on): default limits, as upstream.
+		{"uniform 30 default, no monitor", []string{"CUDA_DEVICE_SM_LIMIT=30"}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
+		{"mix 30 disable", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=disable"}, []string{"--workload=mix"}, 0.95, 1.1},
+		{"uniform 100 force", []string{"CUDA_DEVICE_SM_LIMIT=100", force}, []string{spin1ms}, 0.95, 1.1},
+		{"uniform 0 force", []string{"CUDA_DEVICE_SM_LIMIT=0", force}, []string{spin1ms}, 0.95, 1.1},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t) // own pod: the first process stamps the region's limits
-			r := e.launches(e.limited(append([]string{ms}, c.env...)...), c.args...)
-			if r.BusyFraction < c.lo || r.BusyFraction > c.hi {
-				t.Errorf("busy fraction %.3f (%d launches), want %.2f..%.2f (unlimited: %.3f)", r.BusyFraction, r.Launches, c.lo, c.hi, unlimited.BusyFraction)
-			}
-		})
+	jobs := make([]job, len(cases))
+	for i, c := range cases {
+		e := newEnv(t) // own pod and own GPU: the first process stamps the region's limits
+		jobs[i] = job{e, e.limited(c.env...), append([]string{"--seconds", "8"}, c.args...)}
+	}
+	rs := runAll(t, jobs)
+	for i, c := range cases {
+		if got := rs[i].steady(); got < c.lo || got > c.hi {
+			t.Errorf("%s: busy %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, got, rs[i].Windows, c.lo, c.hi)
+		}
+	}
+}
+
+// job is one launchprobe run; runAll runs them all at once (they sleep while throttled, so a
+// batch takes as long as one run) and returns their results in order.
+type job struct {
+	e       *env
+	environ []string
+	args    []string
+}
+
+func runAll(t *testing.T, jobs []job) []launchResult {
+	t.Helper()
+	outs := make([]bytes.Buffer, len(jobs))
+	errs := make([]bytes.Buffer, len(jobs))
+	procs := make([]*exec.Cmd, len(jobs))
+	for i, j := range jobs {
+		procs[i] = j.e.cmd(j.environ, "hamicore-launchprobe", j.args...)
+		procs[i].Stdout, procs[i].Stderr = &outs[i], &errs[i]
+		if err := procs[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := make([]launchResult, len(procs))
+	failed := false
+	for i, p := range procs {
+		err := p.Wait()
+		if err == nil {
+			err = json.Unmarshal(outs[i].Bytes(), &rs[i])
+		}
+		if err == nil && (rs[i].LaunchError != 0 || rs[i].SyncError != 0 || rs[i].Launches == 0) {
+			err = fmt.Errorf("launch errors")
+		}
+		if err != nil {
+			t.Errorf("launchprobe %v: %v\nstdout: %s\nstderr: %s", jobs[i].args, err, outs[i].String(), errs[i].String())
+			failed = true
+		}
+	}
+	if failed {
+		t.FailNow()
+	}
+	return rs
+}
+
+// Every launch entry point is throttled, through the symbol and through cuGetProcAddress
+// (per-thread variants too), and charged once.
+func TestComputeLimitEveryLaunchPath(t *testing.T) {
+	const ms = "FAKEGPU_LAUNCH_NS=1000000"
+	cases := [][]string{
+		{"--api=kernel"}, {"--api=kernel", "--ptsz"}, {"--api=ex"}, {"--api=ex", "--ptsz", "--blocks=4"},
+		{"--api=coop"}, {"--api=coop", "--ptsz"}, {"--api=multi"}, {"--api=legacy"},
+	}
+	jobs := make([]job, len(cases))
+	for i, args := range cases {
+		e := newEnv(t)
+		jobs[i] = job{e, e.limited(ms, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"), append([]string{"--seconds", "3"}, args...)}
+	}
+	for i, r := range runAll(t, jobs) {
+		if r.BusyFraction < limitLow || r.BusyFraction > limitHigh {
+			t.Errorf("%v: busy fraction %.3f (%d launches, windows %v), want %.2f..%.2f", cases[i], r.BusyFraction, r.Launches, r.Windows, limitLow, limitHigh)
+		}
 	}
 }
 
 // The limit is the container's: two processes of one pod share 30 %, they do not get 30 % each.
 func TestComputeLimitIsPerContainer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	environ := e.limited("FAKEGPU_LAUNCH_NS=1000000", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
-	var outs [2]bytes.Buffer
-	var sum float64
-	procs := make([]*exec.Cmd, 2)
-	for i := range procs {
-		procs[i] = e.cmd(environ, "hamicore-launchprobe", "--seconds", "4")
-		procs[i].Stdout = &outs[i]
-		if err := procs[i].Start(); err != nil {
-			t.Fatal(err)
+	environ := e.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+	args := []string{"--seconds", "8", spin1ms}
+	rs := runAll(t, []job{{e, environ, args}, {e, environ, args}})
+	sum := rs[0].steady() + rs[1].steady()
+	if tol := tolerance(); sum < 0.30-tol || sum > 0.30+tol {
+		t.Errorf("two processes under one 30 %% limit were busy %.3f together (%v, %v), want 0.30 ± %.2f", sum, rs[0].Windows, rs[1].Windows, tol)
+	}
+}
+
+// Two containers on one GPU at 30 % and 50 %: each holds its own limit.
+func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
+	t.Parallel()
+	a, b := newEnv(t), newEnv(t)
+	b.base = a.base // b's own pod (usage.cache), a's GPU (fakegpu state)
+	args := []string{"--seconds", "8", "--workload=mix"}
+	rs := runAll(t, []job{
+		{a, a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args},
+		{b, b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args},
+	})
+	tol := tolerance()
+	for i, want := range []float64{0.30, 0.50} {
+		if got := rs[i].steady(); got < want-tol || got > want+tol {
+			t.Errorf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)
 		}
 	}
-	for i, p := range procs {
-		if err := p.Wait(); err != nil {
-			t.Fatalf("launchprobe %d: %v: %s", i, err, outs[i].String())
-		}
-		var r launchResult
-		if err := json.Unmarshal(outs[i].Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		sum += r.BusyFraction
-	}
-	if sum < limitLow || sum > limitHigh {
-		t.Errorf("two processes under one 30 %% limit were busy %.3f together, want %.2f..%.2f", sum, limitLow, limitHigh)
+}
+
+// The utilisation read is the limited CUDA device's own: with CUDA_VISIBLE_DEVICES=1, CUDA
+// ordinal 0 is NVML's GPU 1 (matched by UUID; by index the limiter would read the idle GPU 0 and
+// never throttle).
+func TestComputeLimitFollowsUUID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	environ := e.limited("FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR="+filepath.Join(e.p.Root, "fakegpu", "profiles"),
+		"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+	r := runAll(t, []job{{e, environ, []string{"--seconds", "6", spin1ms}}})[0]
+	if tol := tolerance(); r.steady() < 0.30-tol || r.steady() > 0.30+tol {
+		t.Errorf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", r.steady(), r.Windows, tol)
 	}
 }

@@ -7,6 +7,9 @@ if [ -f hamicore/Makefile ] && grep -q '^bench:' hamicore/Makefile; then
 	printf '\n=== libvgpu.so overhead on fakegpu (callgrind instructions)\n'
 	make -s -C hamicore bench OUT="$PWD/build"
 fi
+printf '\n=== compute limit on fakegpu: limitbed bench compute (uniform, shape mix, graph; force, disable, default)\n'
+make -s c OUT="$PWD/build"
+go run ./harness/cmd/limitbed bench compute --build "$PWD/build" --seconds "${BENCH_COMPUTE_SECONDS:-12}" --windows
 if [ -d plugin ]; then
 	printf '\n=== device plugin Allocate (Go benchmarks)\n'
 	go test -run '^$' -bench . -benchmem -count=1 ./plugin/...

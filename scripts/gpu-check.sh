@@ -10,7 +10,9 @@
 # through linked symbols, dlsym, cuGetProcAddress, the CUDA runtime, and nvidia-smi / NVML.
 # The login cases run in hamicore/test/privatens (a private mount namespace chrooted into an
 # overlay of /), so the host's / and /etc are never written. Then overhead figures, native vs
-# library. One line per check; exits 1 on any mismatch.
+# library; then the compute limit: limitbed bench compute --real (uniform, shape mix, graph replay
+# at 30/60 % force, default alone) and, when torch is importable, PyTorch eager and CUDA-graph
+# GEMMs at 30/60 %. One line per check; exits 1 on any mismatch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -170,6 +172,41 @@ echo "limit 30:  $lim_run"
 rate() { sed -n 's/.*"launches_per_s":\([0-9.]*\).*/\1/p' <<<"$1"; }
 ratio=$(awk -v a="$(rate "$lim_run")" -v b="$(rate "$free_run")" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
 check "compute limit 30% achieved ratio" "within-0.20-0.40" "ratio $ratio $(awk -v r="$ratio" 'BEGIN { print (r >= 0.20 && r <= 0.40) ? "within-0.20-0.40" : "outside-0.20-0.40" }')"
+
+# The compute limit as issue-level figures: every workload of launchprobe (a uniform spin kernel,
+# a BLAS-like shape mix, the mix as a replayed graph) unlimited and at 30 and 60 % force, and the
+# default policy alone with the node monitor's decision running: every 10 s window after 2 s
+# within the limit +- 0.02, default alone >= 0.95 of unlimited.
+bench_s=${BENCH_SECONDS:-15}
+echo "== compute limit per workload and policy: limitbed bench compute --real (${bench_s} s runs)"
+if command -v go >/dev/null; then
+	bench_out=$(go run ./harness/cmd/limitbed bench compute --real --build "$out" --seconds "$bench_s" \
+		--limits 30,60 --policies force,default --windows 2>&1)
+	echo "$bench_out"
+	check "bench compute: uniform, mix, graph at 30/60 force, default alone" "every run within bounds" "$bench_out"
+else
+	echo "SKIP bench compute: no Go toolchain on this machine (install Go to run it)"
+fi
+
+# The same with a real BLAS: PyTorch bf16 4096^2 GEMMs, eager and replayed from a CUDA graph.
+echo "== compute limit under PyTorch (eager GEMMs, CUDA-graph replay), ${bench_s} s runs"
+if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	tc=harness/gpu/torch_compute.py
+	for mode in eager graph; do
+		python3 "$tc" run --mode "$mode" --seconds "$bench_s" >"$work/torch-$mode-free.json" 2>"$work/torch.err" ||
+			{ check "torch $mode unlimited run" "torch-run-succeeded" "$(cat "$work/torch.err")"; continue; }
+		for lim in 30 60; do
+			mkdir -p "$work/pod-torch-$mode-$lim"
+			env LD_PRELOAD="$lib" CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/pod-torch-$mode-$lim/usage.cache" \
+				CUDA_DEVICE_SM_LIMIT=$lim GPU_CORE_UTILIZATION_POLICY=force \
+				python3 "$tc" run --mode "$mode" --seconds "$bench_s" >"$work/torch-$mode-$lim.json" 2>>"$work/torch.err"
+			check "torch $mode GEMM force $lim%" "within" \
+				"$(python3 "$tc" judge "$work/torch-$mode-free.json" "$work/torch-$mode-$lim.json" --limit $lim 2>&1)"
+		done
+	done
+else
+	echo "SKIP PyTorch compute checks: python3 cannot import torch with CUDA here"
+fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"
 [ $fail = 0 ] && echo "gpu-check: all checks passed" || echo "gpu-check: FAILED"

@@ -38,6 +38,7 @@ typedef struct gnode {
     CUgraphNodeType type;
     CUfunction func;  /* kernel */
     uint64_t blocks;  /* kernel */
+    uint64_t ns;      /* kernel: its simulated duration, priced when the node is made */
     CUdeviceptr dptr; /* alloc, free */
     uint64_t bytes;   /* alloc */
     int dev;          /* alloc */
@@ -60,6 +61,7 @@ typedef struct gexec {
     graph *from;
     CUfunction *kfunc;
     uint64_t *kblocks;
+    uint64_t *kns;
     size_t nk;
     galloc *allocs;
     size_t na;
@@ -313,7 +315,8 @@ static CUresult deps_ok(const CUgraphNode *deps, size_t n, const graph *g) {
 }
 
 static CUresult kernel_node(CUgraphNode *ph, CUgraph hg, const CUgraphNode *deps, size_t nd, CUfunction f,
-                            unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {
+                            unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            void **params) {
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
         return r;
@@ -327,7 +330,8 @@ static CUresult kernel_node(CUgraphNode *ph, CUgraph hg, const CUgraphNode *deps
     else if (!(n = node_add(graphs[gi], CU_GRAPH_NODE_TYPE_KERNEL)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     else
-        n->func = f, n->blocks = (uint64_t)gx * gy * gz, *ph = (CUgraphNode)n;
+        n->func = f, n->blocks = (uint64_t)gx * gy * gz, n->ns = fg_cu_kernel_ns_here(f, n->blocks, params),
+        *ph = (CUgraphNode)n;
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
 }
@@ -337,7 +341,7 @@ FG_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *ph, CUgraph hg, const CU
     if (!p)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
     return kernel_node(ph, hg, deps, nd, p->func, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                       p->blockDimZ);
+                       p->blockDimZ, p->kernelParams);
 }
 
 FG_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *ph, CUgraph hg, const CUgraphNode *deps, size_t nd,
@@ -345,7 +349,7 @@ FG_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *ph, CUgraph hg, const CUgra
     if (!p)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
     return kernel_node(ph, hg, deps, nd, p->func, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                       p->blockDimZ);
+                       p->blockDimZ, p->kernelParams);
 }
 
 static CUresult alloc_node(graph *g, size_t bytes, int dev, CUdeviceptr *dptr, gnode **out) {
@@ -491,10 +495,41 @@ FG_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) 
     return r;
 }
 
+/* The node's kernel as it was added. fakegpu keeps only the grid's block count (nothing runs):
+ * the grid reads back as blocks x 1 x 1, the block shape as 1 x 1 x 1, no parameters. */
+static CUresult kernel_params(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *p, size_t size) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    gnode *n = node_of(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        CUDA_KERNEL_NODE_PARAMS_v2 k = {0};
+        k.func = n->func;
+        k.gridDimX = n->blocks > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)n->blocks, k.gridDimY = 1, k.gridDimZ = 1;
+        k.blockDimX = 1, k.blockDimY = 1, k.blockDimZ = 1;
+        memcpy(p, &k, size);
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+FG_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+    return kernel_params(hNode, nodeParams, sizeof *nodeParams);
+}
+
+FG_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams) {
+    return kernel_params(hNode, (CUDA_KERNEL_NODE_PARAMS_v2 *)(void *)nodeParams, sizeof *nodeParams);
+}
+
 /* ---- executable graphs ---- */
 
 static void exec_free(gexec *x) {
-    free(x->kfunc), free(x->kblocks), free(x->allocs), free(x);
+    free(x->kfunc), free(x->kblocks), free(x->kns), free(x->allocs), free(x);
 }
 
 static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long flags) {
@@ -520,6 +555,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long
     }
     x = calloc(1, sizeof *x);
     if (!x || !(x->kfunc = calloc(nk + 1, sizeof *x->kfunc)) || !(x->kblocks = calloc(nk + 1, sizeof *x->kblocks)) ||
+        !(x->kns = calloc(nk + 1, sizeof *x->kns)) ||
         !(x->allocs = calloc(na + 1, sizeof *x->allocs)) || X_ADD(x) != 0) {
         if (x)
             exec_free(x);
@@ -531,7 +567,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long
     for (size_t i = 0; i < g->n; i++) {
         gnode *n = g->nodes[i];
         if (n->type == CU_GRAPH_NODE_TYPE_KERNEL)
-            x->kfunc[x->nk] = n->func, x->kblocks[x->nk++] = n->blocks;
+            x->kfunc[x->nk] = n->func, x->kns[x->nk] = n->ns, x->kblocks[x->nk++] = n->blocks;
         if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
             x->allocs[x->na++] = (galloc){n->dptr, n->bytes, n->dev, 0};
     }
@@ -695,7 +731,7 @@ FG_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     }
     pthread_mutex_unlock(&fg_cu.mu);
     for (size_t k = 0; k < x->nk; k++) /* nothing else may free x meanwhile but a racing destroy */
-        if ((r = fg_launch(x->kfunc[k], x->kblocks[k])) != CUDA_SUCCESS)
+        if ((r = fg_launch(x->kfunc[k], x->kblocks[k], x->kns[k])) != CUDA_SUCCESS)
             return r;
     return CUDA_SUCCESS;
 out:
@@ -729,6 +765,57 @@ FG_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     }
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
+}
+
+/* Updates the kernels of an executable graph from a graph of the same shape: the same number of
+ * kernel nodes and no memory nodes (the driver refuses memory nodes in an update too). */
+static CUresult exec_update(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResult *res) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&fg_cu.mu);
+    long xi = X_FIND(hGraphExec), gi = G_FIND(hGraph);
+    *res = CU_GRAPH_EXEC_UPDATE_ERROR;
+    if (xi < 0 || gi < 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    gexec *x = execs[xi];
+    graph *g = graphs[gi];
+    size_t nk = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+            nk = (size_t)-1;
+        if (nk != (size_t)-1)
+            nk += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL;
+    }
+    if (nk != x->nk || x->na) {
+        *res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        goto out;
+    }
+    for (size_t i = 0, k = 0; i < g->n; i++)
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL)
+            x->kfunc[k] = g->nodes[i]->func, x->kblocks[k] = g->nodes[i]->blocks, x->kns[k++] = g->nodes[i]->ns;
+    *res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+out:
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+FG_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) {
+    if (!resultInfo)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    memset(resultInfo, 0, sizeof *resultInfo);
+    return exec_update(hGraphExec, hGraph, &resultInfo->result);
+}
+
+FG_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                                     CUgraphExecUpdateResult *updateResult_out) {
+    if (!hErrorNode_out || !updateResult_out)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    *hErrorNode_out = NULL;
+    return exec_update(hGraphExec, hGraph, updateResult_out);
 }
 
 int fg_graph_free_ptr(CUdeviceptr dptr) {
@@ -939,7 +1026,7 @@ int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r) {
     return g != NULL;
 }
 
-int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, CUresult *r) {
+int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, uint64_t ns, CUresult *r) {
     if (!__atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE))
         return 0;
     pthread_mutex_lock(&fg_cu.mu);
@@ -947,7 +1034,7 @@ int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, CUresult 
     if (g) {
         gnode *n = node_add(g, CU_GRAPH_NODE_TYPE_KERNEL);
         if (n)
-            n->func = f, n->blocks = blocks;
+            n->func = f, n->blocks = blocks, n->ns = ns;
         *r = n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&fg_cu.mu);

@@ -50,6 +50,18 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                        void **kernelParams);
+
+/* The kernel whose first parameter (u64) is the ns each wave of sm_count blocks runs. */
+#define FG_SPIN_KERNEL "fakegpu_spin"
+/* Simulated duration of one kernel: the spin kernel's own, else the profile's launch_ns +
+ * block_ns per block (or FAKEGPU_LAUNCH_NS). Graph kernel nodes are priced the same way. */
+uint64_t fg_cu_kernel_ns(CUfunction f, uint64_t blocks, void **params, unsigned sm_count);
+/* The same on the current context's device (after cuInit). */
+uint64_t fg_cu_kernel_ns_here(CUfunction f, uint64_t blocks, void **params);
 CUresult cuStreamBeginCapture(CUstream hStream);
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
@@ -77,6 +89,9 @@ CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr
 CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, void *params);
 CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                           CUgraphExecUpdateResult *updateResult_out);
 
 /* FG_IS_NONE(x) is 1 for the token NONE and 0 for any identifier (the usual probe idiom), so
  * that cuda_api.def's per_thread column can be turned into "no symbol" without a second list. */
@@ -166,14 +181,14 @@ CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p);
  * each returns 1 (and *r) when hStream is capturing. */
 int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult *r);
 int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r);
-int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, CUresult *r);
+int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, uint64_t ns, CUresult *r);
 /* A free of a graph allocation outside its graph; 1 if dptr was one. Called with fg_cu.mu held. */
 int fg_graph_free_ptr(CUdeviceptr dptr);
 void fg_graph_ctx_gone(int ordinal, int primary);
 void fg_graph_forget_all(void);
 void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
-CUresult fg_launch(CUfunction f, uint64_t blocks);
+CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
 
 /* Context charge: a primary or created context costs the profile's context_mib. */
 CUresult fg_ctx_charge(int ordinal, int add);

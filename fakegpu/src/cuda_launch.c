@@ -3,9 +3,11 @@
  * device's timeline in the shared state (profile launch_ns + block_ns per thread block, or
  * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
  * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
- * than FG_MAX_BACKLOG of work is already queued on the device.
+ * than FG_MAX_BACKLOG of its context's work is still queued.
  */
 #include <errno.h>
+#include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 #include "cuda_internal.h"
@@ -14,10 +16,15 @@
 #define FG_MAX_MODULES 64
 #define FG_MOD_LIVE 0x4d4f4431u
 
-/* A module is accepted whatever its image (nothing is compiled); any name is found in it. */
+/* A module is accepted whatever its image (nothing is compiled); any name is found in it.
+ * FG_SPIN_KERNEL is the one name with a meaning: its first parameter (u64) is how long each wave
+ * of its blocks runs, in ns, so a workload can give every launch its own duration — a real GPU's
+ * kernels are not priced by their grid size — and the same spin kernel exists in PTX for real
+ * GPUs (harness/gpu). */
 typedef struct fg_module {
     uint32_t magic;
-    struct { uint32_t magic; } fn; /* the one function handle every name resolves to */
+    struct { uint32_t magic; } fn;   /* the function handle every other name resolves to */
+    struct { uint32_t magic; } spin; /* FG_SPIN_KERNEL */
 } fg_module;
 
 static fg_module modules[FG_MAX_MODULES];
@@ -70,13 +77,32 @@ FG_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
     fg_module *m = module_of(hmod);
     if (!m)
         return CUDA_ERROR_INVALID_HANDLE;
-    *hfunc = (CUfunction)&m->fn;
+    *hfunc = strcmp(name, FG_SPIN_KERNEL) ? (CUfunction)&m->fn : (CUfunction)&m->spin;
     return CUDA_SUCCESS;
+}
+
+static int is_spin(CUfunction f) {
+    uintptr_t p = (uintptr_t)f, b = (uintptr_t)modules;
+    return p >= b && p < b + sizeof modules && (p - b) % sizeof modules[0] == offsetof(fg_module, spin);
+}
+
+uint64_t fg_cu_kernel_ns(CUfunction f, uint64_t blocks, void **params, unsigned sm_count) {
+    if (is_spin(f) && params && params[0]) {
+        uint64_t ns, waves = sm_count ? (blocks + sm_count - 1) / sm_count : blocks;
+        memcpy(&ns, params[0], sizeof ns);
+        return ns * (waves ? waves : 1);
+    }
+    return fg_cu.cfg.launch_ns + fg_cu.cfg.block_ns * blocks;
+}
+
+uint64_t fg_cu_kernel_ns_here(CUfunction f, uint64_t blocks, void **params) {
+    fg_ctx *c = fg_cu_current();
+    return fg_cu_kernel_ns(f, blocks, params, c ? fg_cu.dev[c->dev].sm_count : 1);
 }
 
 /* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
  * pass a dummy one without loading a module. Graph launches run their kernel nodes through it. */
-CUresult fg_launch(CUfunction f, uint64_t blocks) {
+CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
     fg_ctx *c;
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -85,12 +111,14 @@ CUresult fg_launch(CUfunction f, uint64_t blocks) {
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
         return r;
-    uint64_t dur = fg_cu.cfg.launch_ns + fg_cu.cfg.block_ns * blocks;
     unsigned unit = fg_cu.dev[c->dev].unit;
     for (;;) {
         if (fg_state_lock(&fg_cu.st) != 0)
             return CUDA_ERROR_UNKNOWN;
-        uint64_t now = fg_now_ns(), busy = fg_cu.st.sh->unit[unit].busy_until;
+        /* The bound is per context, like a real GPU's per-channel launch queue: one process
+         * filling its queue must not keep another's launches out (a GPU time-slices between
+         * contexts; one FIFO shared by all would starve every launcher but the greediest). */
+        uint64_t now = fg_now_ns(), busy = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
         if (busy > now + FG_MAX_BACKLOG) { /* queue full: wait outside the lock */
             fg_state_unlock(&fg_cu.st);
             uint64_t wait = busy - now - FG_MAX_BACKLOG;
@@ -111,14 +139,17 @@ CUresult fg_launch(CUfunction f, uint64_t blocks) {
 FG_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
-    (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    (void)sharedMemBytes, (void)extra;
     if (!blockDimX || !blockDimY || !blockDimZ || (uint64_t)blockDimX * blockDimY * blockDimZ > 1024)
         return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
     CUresult r;
     uint64_t blocks = (uint64_t)gridDimX * gridDimY * gridDimZ;
-    if (f && blocks && fg_cu_ready() == CUDA_SUCCESS && fg_capture_kernel(hStream, f, blocks, &r))
+    if (fg_cu_ready() != CUDA_SUCCESS || !f || !blocks)
+        return fg_launch(f, blocks, 0); /* its error */
+    uint64_t ns = fg_cu_kernel_ns_here(f, blocks, kernelParams);
+    if (fg_capture_kernel(hStream, f, blocks, ns, &r))
         return r; /* a capturing stream records the launch as a kernel node */
-    return fg_launch(f, blocks);
+    return fg_launch(f, blocks, ns);
 }
 
 FG_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -141,3 +172,62 @@ FG_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunctio
                                          void **extra) {
     return cuLaunchKernelEx(config, f, kernelParams, extra);
 }
+
+FG_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                             unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                             unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                             void **kernelParams) {
+    return cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                          kernelParams, NULL);
+}
+
+FG_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                  unsigned int gridDimZ, unsigned int blockDimX,
+                                                  unsigned int blockDimY, unsigned int blockDimZ,
+                                                  unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) {
+    return cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                                     hStream, kernelParams);
+}
+
+/* Every launch of the list runs on the current context's device: fakegpu has no per-stream
+ * device (streams are not simulated), which is what a single-device list means anyway. */
+FG_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices,
+                                                        unsigned int flags) {
+    (void)flags;
+    if (!launchParamsList || !numDevices)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numDevices; i++) {
+        const CUDA_LAUNCH_PARAMS *p = &launchParamsList[i];
+        CUresult r = cuLaunchKernel(p->function, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
+                                    p->blockDimZ, p->sharedMemBytes, p->hStream, p->kernelParams, NULL);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The legacy API: fakegpu keeps no per-function block shape (nothing executes), so the shape is
+ * only checked; cuLaunch is a 1x1 grid. Parameters set through cuParamSet* do not exist here,
+ * so a legacy launch always runs for the profile's duration. */
+FG_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!hfunc || x <= 0 || y <= 0 || z <= 0 || (uint64_t)x * (uint64_t)y * (uint64_t)z > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream) {
+    (void)hStream;
+    if (grid_width <= 0 || grid_height <= 0)
+        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
+    uint64_t blocks = (uint64_t)grid_width * (uint64_t)grid_height;
+    return fg_launch(f, blocks, fg_cu_ready() ? 0 : fg_cu_kernel_ns_here(f, blocks, NULL));
+}
+
+FG_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+    return cuLaunchGridAsync(f, grid_width, grid_height, NULL);
+}
+
+FG_EXPORT CUresult cuLaunch(CUfunction f) { return cuLaunchGridAsync(f, 1, 1, NULL); }

@@ -28,7 +28,7 @@
 #define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
 #define FG_STATE_VERSION 1
 #define FG_MAX_SLOTS 128
-#define FG_BUSY_RING 1024
+#define FG_BUSY_RING 4096
 
 typedef struct fg_busy {
     uint64_t start, end; /* CLOCK_MONOTONIC ns */

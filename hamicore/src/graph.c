@@ -14,6 +14,7 @@
 
 #include "context.h"
 #include "init.h"
+#include "limiter.h"
 #include "log.h"
 #include "memory.h"
 #include "region.h"
@@ -109,6 +110,8 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
 /* Instantiation may upload (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD): settled afterwards. */
 static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g)
 {
+    if (r == CUDA_SUCCESS && px)
+        lb_graph_work_note(*px, g); /* its kernels, for the compute limit */
     if (r != CUDA_SUCCESS || !px || !enforcing())
         return r;
     lb_guard_enter();
@@ -184,12 +187,14 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
 LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
+    lb_graph_launch_throttle(x);
     return run(x, s, real, "cuGraphLaunch");
 }
 
 LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
+    lb_graph_launch_throttle(x);
     return run(x, s, real, "cuGraphLaunch");
 }
 
@@ -210,6 +215,7 @@ LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
     REAL_OR_FAIL(cuGraphExecDestroy);
     struct exec_rec e;
     int known = enforcing() && lookup(x, &e, 1);
+    lb_graph_work_forget(x);
     CUresult r = real(x);
     if (known)
         lb_graph_settle(e.dev);

@@ -1,28 +1,34 @@
 /*
- * Compute limiter. A device with CUDA_DEVICE_SM_LIMIT = T (1..99 %) gets a token bucket; a launch
- * costs its grid's thread blocks (as upstream) and waits while the bucket is empty (the last
- * launch may overdraw it: progress for any grid size, the debt delays the next ones).
+ * Compute limiter. A device with CUDA_DEVICE_SM_LIMIT = T (1..99 %) gets a budget that launches
+ * draw from and wait on (the launch that empties it may overdraw it: progress for any kernel, the
+ * debt delays the next ones). The loop is closed on measured busy time, not on a model of what a
+ * kernel costs:
  *
- * The refill rate is learned, not configured: what a block costs in GPU time depends on the
- * kernel. A watcher thread (started by the first throttled launch, never when nothing is limited)
- * refills every 10 ms and every 100 ms compares two figures over the same trailing 1 s window:
- *   r  blocks this process launched per second on the device;
- *   U  the container's utilisation of the device in percent (NVML, samples of the container's
- *      processes; the whole device when they cannot be told apart).
- * U / r is the cost of a block, so T / (U / r) = r * T / U is the rate that would make U = T.
- * Every process of the container runs this loop against the same U, so their rates scale by the
- * same T / U and the container total converges to T. Rates go down at once and up by halves, at
- * most x4 per step; with no measurable U (nothing ran yet) the rate doubles.
+ *   U  the container's utilisation of the device in percent over the last second (NVML samples of
+ *      the container's processes; the whole device when they cannot be told apart);
+ *   r  the launch units this process charged over the same second, a unit being a kernel plus
+ *      one per SM-count of its thread blocks ("waves"). A unit is only a pacing grain between
+ *      two control steps: what it costs in GPU time is measured, U / r, every 100 ms.
+ *
+ * Every 100 ms the rate becomes T' / c, c being the measured cost of a unit/s (U / r, smoothed):
+ * down at once, up half-way (at most x1.5 per step), so a change of kernel shapes is corrected
+ * within a few steps. T' = T + D / TAU, where D, the
+ * integral of (T - U) over the run (percent-seconds, counted while the process wanted more than
+ * it was given, or was over), removes what the ratio step leaves over: the mix of kernels between
+ * the window's launches and its busy time, the lag of the 1 s samples, rounding of U. With D the
+ * long-run busy time is T * t up to a bounded remainder whatever the kernels are. Every process of
+ * the container runs this loop against the same U, so the container total converges to T.
  *
  * Policy (GPU_CORE_UTILIZATION_POLICY of this process, as upstream): "disable" never limits;
- * "force" always does; "default" limits while the region's util_switch is 1 (stamped 1; a monitor
- * may clear it when the GPU is not shared, as HAMi's does).
+ * "force" always does; "default" limits while the region's util_switch is 1 (stamped 1; the node
+ * monitor writes it from the other containers' recent launches on the same GPU, docs/hamicore.md).
  */
 #include "limiter.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,26 +42,35 @@
 
 #define TICK_NS 10000000LL  /* refill every 10 ms */
 #define PERIOD_TICKS 10     /* control step every 100 ms */
+#define PERIOD_S 0.1
 #define WINDOW 10           /* periods in the 1 s window (NVML's sampling window on fakegpu, upstream's "now - 1 s") */
-#define MILLI 1000LL        /* tokens are milli-blocks */
-#define RATE_START (200 * MILLI)      /* blocks/s before anything was measured */
-#define RATE_MIN (1 * MILLI)          /* never starve: at least a block a second */
+#define MILLI 1000LL        /* tokens are milli-units */
+#define RATE_START (200 * MILLI)      /* units/s before anything was measured */
+#define RATE_MIN (1 * MILLI)          /* never starve: at least a unit a second */
 #define RATE_MAX (1000000000LL * MILLI)
+#define TAU_S 2.0           /* time constant of the integral term */
+#define COST_GAIN 0.2       /* smoothing of the measured cost of a unit, per step */
+#define INTEGRAL_AFTER (2 * WINDOW) /* control steps before the integral starts */
+#define INTEGRAL_SHARE 0.25 /* the integral moves the target by at most a quarter of T */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
 #define MAX_SAMPLES 256
 
 int lb_launch_limited;
 
 struct bucket {
-    _Atomic int64_t tokens;     /* milli-blocks; launches wait while <= 0 */
-    _Atomic int64_t rate;       /* milli-blocks per second */
-    _Atomic uint64_t launched;  /* blocks charged, ever */
+    _Atomic int64_t tokens;     /* milli-units; launches wait while <= 0 */
+    _Atomic int64_t rate;       /* milli-units per second */
+    _Atomic uint64_t launched;  /* milli-units charged, ever */
     _Atomic int in_use;         /* a throttled launch happened: the watcher serves this device */
+    _Atomic int hungry;         /* a launch waited since the last control step */
+    _Atomic uint32_t sm;        /* SM count (blocks per unit), 0 until asked */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* watcher-only state */
     uint64_t seen;              /* `launched` at the previous control step */
-    uint64_t ring[WINDOW];      /* blocks launched per period, last WINDOW periods */
-    unsigned head;
+    uint64_t ring[WINDOW];      /* milli-units launched per period, last WINDOW periods */
+    unsigned head, steps;
+    double deficit;             /* integral of (T - U), percent-seconds */
+    double cost;                /* smoothed U / r: percent per milli-unit/s, 0 until measured */
 };
 
 static struct bucket g_b[LB_REGION_MAX_DEVICES];
@@ -119,9 +134,9 @@ static int container_util(int d, uint64_t launched_in_window)
 {
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES]; /* watcher thread only */
     static unsigned int pids[LB_REGION_MAX_SLOTS];
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     __typeof__(&nvmlDeviceGetProcessUtilization) per_proc = LB_REAL(nvmlDeviceGetProcessUtilization);
     __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     nvmlDevice_t h;
     if (!by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS) /* d: a CUDA ordinal */
         return -1;
@@ -155,28 +170,77 @@ static int container_util(int d, uint64_t launched_in_window)
     return (int)u.gpu;
 }
 
+/* `default` with the node monitor's switch off: not limited now. */
+static int switched_off(void)
+{
+    return lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load_explicit(&lb_region->util_switch, memory_order_relaxed);
+}
+
 static void control(int d, struct bucket *b)
 {
     uint64_t launched = atomic_load(&b->launched);
     b->ring[b->head] = launched - b->seen;
     b->head = (b->head + 1) % WINDOW;
     b->seen = launched;
-    uint64_t blocks = 0; /* in the 1 s window = blocks per second */
+    uint64_t units = 0; /* milli-units in the 1 s window = milli-units per second */
     for (int i = 0; i < WINDOW; i++)
-        blocks += b->ring[i];
-    int u = container_util(d, blocks);
-    int64_t rate = atomic_load(&b->rate), next = rate;
+        units += b->ring[i];
+    int hungry = atomic_exchange(&b->hungry, 0);
+    int u = container_util(d, units);
     if (u < 0)
         return; /* no reading: keep the rate */
-    if (u == 0 || blocks == 0) {
-        if (blocks > 0)
-            next = rate * 2; /* ran, but too little to show: find the scale quickly */
+    double t = b->limit;
+    if (switched_off()) {
+        /* Only measure: the cost of a unit, and the rate that would hold T with it. The
+         * throttled episode's ramp and integral start when the switch comes on. */
+        if (u > 0 && units > 0) {
+            double c = (double)u / (double)units;
+            b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+            int64_t next = (int64_t)(t / b->cost);
+            atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
+        }
+        b->steps = WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
+        return;
+    }
+    /* The integral starts after the ramp (2 s: the limit is specified from there on, and paying
+     * back the ramp's overshoot would only move the error into the next seconds); it counts a
+     * shortfall only while launches were held back, so an idle or lightly loaded process does
+     * not save up a burst. */
+    if (++b->steps > INTEGRAL_AFTER && (hungry || u > t)) {
+        /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
+         * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
+        double dmax = t * TAU_S * INTEGRAL_SHARE;
+        b->deficit += (t - u) * PERIOD_S;
+        if (b->deficit > dmax)
+            b->deficit = dmax;
+        if (b->deficit < -dmax)
+            b->deficit = -dmax;
+    }
+    double te = t + b->deficit / TAU_S;
+    if (te > 100)
+        te = 100;
+    int64_t rate = atomic_load(&b->rate), next = rate;
+    /* Up by at most x2 per step while ramping (the first window), x1.5 afterwards: work that has
+     * not shown in U yet (queued behind other processes') must not make the rate run away. */
+    double up = b->steps <= WINDOW ? 2 : 1.5;
+    if (u == 0 || units == 0) {
+        if (units > 0)
+            next = (int64_t)((double)rate * up); /* ran, but too little to show yet */
     } else {
-        double target = (double)blocks * MILLI * b->limit / u;
-        if (target < (double)rate)
+        /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
+         * kernels varies, the cost of the workload much less. */
+        double c = (double)u / (double)units;
+        b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+        /* Down at once on the dearer of the two estimates (near saturation a late reading
+         * means queued work: never wait for it), up half-way and bounded. The integral removes
+         * the bias this asymmetry leaves. */
+        double target = te / (c > b->cost ? c : b->cost);
+        if (target < (double)rate) {
             next = (int64_t)target;
-        else
-            next = (int64_t)(((double)rate + target) / 2 < (double)rate * 4 ? ((double)rate + target) / 2 : (double)rate * 4);
+        } else {
+            double half = ((double)rate + target) / 2;
+            next = (int64_t)(half < (double)rate * up ? half : (double)rate * up);
+        }
     }
     if (next < RATE_MIN)
         next = RATE_MIN;
@@ -192,6 +256,14 @@ static void *watcher(void *arg)
     __typeof__(&nvmlInit_v2) init = LB_REAL(nvmlInit_v2);
     if (!init || init() != NVML_SUCCESS)
         LB_WARN("compute limit: NVML is not available; launches are paced at the learned rate only");
+    /* A new episode (first throttled launch, or the first after 5 idle seconds, or a fork
+     * child): the learned rate stays, the measurements of the last one do not. */
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+        struct bucket *b = &g_b[d];
+        memset(b->ring, 0, sizeof b->ring);
+        b->seen = atomic_load(&b->launched);
+        b->steps = 0, b->deficit = 0, b->cost = 0;
+    }
     int64_t next = now_ns();
     unsigned tick = 0, idle = 0;
     for (;;) {
@@ -248,22 +320,78 @@ static int ensure_watcher(void)
     return 1;
 }
 
-void lb_limiter_take(int dev, uint64_t blocks)
+static uint32_t sm_count(int dev)
+{
+    __typeof__(&cuDeviceGetAttribute) attr = LB_REAL(cuDeviceGetAttribute);
+    int v = 0;
+    if (!attr || attr(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, (CUdevice)dev) != CUDA_SUCCESS || v <= 0)
+        v = 1;
+    return (uint32_t)v;
+}
+
+void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct bucket *b = &g_b[dev];
-    if (!b->limit || (lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load(&lb_region->util_switch)))
+    if (!b->limit)
         return;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed))
         atomic_store(&b->in_use, 1);
+    uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
+    if (!sm)
+        atomic_store(&b->sm, sm = sm_count(dev));
+    /* units = kernels + blocks / SMs, in milli-units, saturating */
+    uint64_t cap = (uint64_t)(RATE_MAX / MILLI);
+    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
+    uint64_t frac = blocks / sm < cap ? (blocks % sm) * MILLI / sm : 0;
+    int64_t cost = (int64_t)((k + w) * MILLI + frac);
+    if (cost > RATE_MAX)
+        cost = RATE_MAX;
+    if (switched_off()) {
+        /* Not limited, but measured: the watcher keeps pairing this work with U, so the moment
+         * the switch comes on the rate is already the right one (and the work queued while
+         * unthrottled is not mistaken for the cost of the first throttled launches). */
+        ensure_watcher();
+        atomic_fetch_add(&b->launched, (uint64_t)cost);
+        return;
+    }
+    if (atomic_load(&b->tokens) <= 0)
+        atomic_store(&b->hungry, 1);
     while (atomic_load(&b->tokens) <= 0) {
         /* Re-checked while waiting: the watcher may have left idle just before we came. */
         if (!ensure_watcher())
             return; /* no refills will come: not limited rather than blocked forever */
         struct timespec ts = {0, 1000000}; /* 1 ms: a tenth of a refill tick */
         nanosleep(&ts, NULL);
+        if (switched_off())
+            break; /* the monitor let go meanwhile */
     }
     ensure_watcher();
-    int64_t cost = blocks > (uint64_t)(RATE_MAX / MILLI) ? RATE_MAX : (int64_t)blocks * MILLI;
     atomic_fetch_sub(&b->tokens, cost);
-    atomic_fetch_add(&b->launched, blocks);
+    atomic_fetch_add(&b->launched, (uint64_t)cost);
+}
+
+/* Once per monitor period per container (the monitor clears the word): also stamp the GPUs'
+ * UUIDs, so the monitor knows which containers share a physical GPU. */
+void lb_mark_launch_slow(void)
+{
+    static _Atomic int stamped; /* this process stamped the UUIDs it can see */
+    struct lb_region_header *h = lb_region;
+    if (!atomic_exchange(&stamped, 1)) {
+        __typeof__(&cuDeviceGetCount) count = LB_REAL(cuDeviceGetCount);
+        __typeof__(&cuDeviceGet) get = LB_REAL(cuDeviceGet);
+        __typeof__(&cuDeviceGetUuid) uuid = LB_REAL(cuDeviceGetUuid);
+        int n = 0;
+        if (count && get && uuid && count(&n) == CUDA_SUCCESS) {
+            for (int i = 0; i < n && i < LB_REGION_MAX_DEVICES; i++) {
+                CUdevice d;
+                CUuuid id;
+                static const uint8_t zero[16];
+                if (get(&d, i) != CUDA_SUCCESS || uuid(&id, d) != CUDA_SUCCESS)
+                    continue;
+                if (!memcmp(h->dev_uuid[i], zero, sizeof zero))
+                    memcpy(h->dev_uuid[i], id.bytes, sizeof id.bytes);
+            }
+        }
+    }
+    atomic_store_explicit(&h->recent_kernel, 1, memory_order_relaxed);
 }

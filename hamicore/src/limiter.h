@@ -2,7 +2,11 @@
 #ifndef LB_LIMITER_H
 #define LB_LIMITER_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+
+#include "region.h"
+#include "symbols.h"
 
 /* Set once at initialization: 1 if some device has a compute limit (1..99 %) and the policy is
  * not "disable". 0 keeps every launch on the pass-through path (no watcher thread either). */
@@ -10,7 +14,24 @@ extern int lb_launch_limited;
 
 void lb_limiter_init(void);
 void lb_limiter_after_fork(void);
-/* Wait until device dev may start work of `blocks` thread blocks, then charge them. */
-void lb_limiter_take(int dev, uint64_t blocks);
+/* Wait until device dev may start `kernels` kernels of `blocks` thread blocks in all (a launch:
+ * 1 and its grid; a graph: its kernel nodes), then charge them. */
+void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks);
+
+/* Graphs (graphwork.c): count an executable graph's kernel work when it is instantiated or
+ * updated, forget it when destroyed, and charge it at each launch. */
+void lb_graph_work_note(CUgraphExec x, CUgraph g);
+void lb_graph_work_forget(CUgraphExec x);
+void lb_graph_launch_throttle(CUgraphExec x);
+
+void lb_mark_launch_slow(void);
+/* Tell the node monitor that this container launched kernels (the `default` policy needs it
+ * from every container). A shared word that is already 1 is only read. */
+static inline void lb_mark_launch(void)
+{
+    struct lb_region_header *h = lb_region;
+    if (__builtin_expect(h && !atomic_load_explicit(&h->recent_kernel, memory_order_relaxed), 0))
+        lb_mark_launch_slow();
+}
 
 #endif

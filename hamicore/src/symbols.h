@@ -39,6 +39,13 @@ CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, cha
 /* Its parameter struct is only passed through (opaque here). */
 CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void *params);
 __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
+__typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_ptsz;
+/* Graph calls of the compute limiter (graphwork.c): the v1 kernel-node parameters are a prefix of
+ * the v2 struct; child graphs are only walked. */
+LB_EXPORT CUresult lbw_cuGraphExecUpdate_v1(CUgraphExec x, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res)
+    LB_SYMBOL(cuGraphExecUpdate);
+CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph);
 
 enum lb_sym_id {
 #define LB_HOOK(lib, name, sym, w, since, until, ptds) LB_ID_##w,

@@ -43,9 +43,13 @@ const (
 	lbOffUsedTotal    = 320 // u64[16]
 	lbOffUtilSwitch   = 448
 	lbOffHdrReserved0 = 452
-	lbOffHdrReserved  = 456 // u64[71]
+	lbOffRecentKernel = 456
+	lbOffHdrReserved1 = 460
+	lbOffDevUUID      = 464 // [16][16]byte
+	lbOffHdrReserved  = 720 // u64[38]
 	lbMutexBytes      = 64
-	lbHdrReservedN    = 71
+	lbHdrReservedN    = 38
+	lbUUIDBytes       = 16
 
 	// struct lb_region_slot
 	lbOffSlotState     = 0
@@ -104,6 +108,7 @@ func decodeLimitbed(b []byte, opt Options) (Region, error) {
 		Size:          len(b),
 		Priority:      int32(ne.Uint32(b[lbOffPriority:])),
 		UtilSwitch:    int32(ne.Uint32(b[lbOffUtilSwitch:])),
+		RecentKernel:  int32(ne.Uint32(b[lbOffRecentKernel:])),
 		Policy:        ne.Uint32(b[lbOffPolicy:]),
 		CreatorPID:    int32(ne.Uint32(b[lbOffCreatorPID:])),
 		LimitsFormat:  ne.Uint32(b[lbOffLimitsFormat:]),
@@ -150,4 +155,54 @@ func decodeLimitbed(b []byte, opt Options) (Region, error) {
 		})
 	}
 	return r, nil
+}
+
+// The header words the node monitor writes for the `default` compute policy, for its writer: it
+// maps the header and swaps these words atomically, as libvgpu.so does on its side.
+const (
+	LimitbedHeaderSize      = lbHeaderSize
+	LimitbedOffUtilSwitch   = lbOffUtilSwitch
+	LimitbedOffRecentKernel = lbOffRecentKernel
+	UUIDBytes               = lbUUIDBytes
+)
+
+// Compute is the compute part of a limitbed region header.
+type Compute struct {
+	Priority     int32
+	Policy       uint32
+	UtilSwitch   uint32
+	RecentKernel uint32
+	// GPUs are the UUIDs (16 raw bytes) of the GPUs the container's processes launched on, as
+	// the first launching process stamped them; empty before any launch.
+	GPUs [][UUIDBytes]byte
+}
+
+// DecodeLimitbedCompute reads the compute fields of a limitbed header (the first
+// LimitbedHeaderSize bytes of a usage.cache). Errors wrap ErrNotRegion or ErrUnsupportedVersion.
+func DecodeLimitbedCompute(b []byte) (Compute, error) {
+	ne := binary.NativeEndian
+	if len(b) < lbHeaderSize {
+		return Compute{}, fmt.Errorf("%w: header is %d bytes, want %d", ErrNotRegion, len(b), lbHeaderSize)
+	}
+	if m := ne.Uint64(b[lbOffMagic:]); m != limitbedMagic {
+		return Compute{}, fmt.Errorf("%w: magic %#x, want limitbed's %#x", ErrNotRegion, m, uint64(limitbedMagic))
+	}
+	if v := ne.Uint32(b[lbOffVersion:]); v != limitbedVersion {
+		return Compute{}, fmt.Errorf("%w: limitbed version %d, want %d", ErrUnsupportedVersion, v, limitbedVersion)
+	}
+	c := Compute{
+		Priority:     int32(ne.Uint32(b[lbOffPriority:])),
+		Policy:       ne.Uint32(b[lbOffPolicy:]),
+		UtilSwitch:   ne.Uint32(b[lbOffUtilSwitch:]),
+		RecentKernel: ne.Uint32(b[lbOffRecentKernel:]),
+	}
+	var zero [UUIDBytes]byte
+	for d := 0; d < lbMaxDevices; d++ {
+		var u [UUIDBytes]byte
+		copy(u[:], b[lbOffDevUUID+d*UUIDBytes:])
+		if u != zero {
+			c.GPUs = append(c.GPUs, u)
+		}
+	}
+	return c, nil
 }

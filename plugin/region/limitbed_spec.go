@@ -10,6 +10,9 @@ type LimitbedSpec struct {
 	SMLimits  map[int]uint32     // sm_limit; others 100
 	UsedTotal map[int]uint64     // used_total
 	Flags     uint32             // header flags (bit 0 oversubscribe, bit 1 overflow seen)
+	Priority  int32              // CUDA_TASK_PRIORITY; 0 = 1
+	Recent    uint32             // recent_kernel
+	GPUs      [][16]byte         // dev_uuid, in order
 	Slots     []LimitbedSpecSlot // slot_hwm = len(Slots)
 }
 
@@ -39,7 +42,15 @@ func (s LimitbedSpec) Bytes() []byte {
 	ne.PutUint32(b[lbOffSlotSizeHdr:], lbSlotSize)
 	ne.PutUint32(b[lbOffLockOffset:], lbLockOffset)
 	ne.PutUint32(b[lbOffSlotHWM:], uint32(len(s.Slots)))
-	ne.PutUint32(b[lbOffPriority:], 1)
+	prio := s.Priority
+	if prio == 0 {
+		prio = 1
+	}
+	ne.PutUint32(b[lbOffPriority:], uint32(prio))
+	ne.PutUint32(b[lbOffRecentKernel:], s.Recent)
+	for i, u := range s.GPUs {
+		copy(b[lbOffDevUUID+i*lbUUIDBytes:], u[:])
+	}
 	ne.PutUint32(b[lbOffFlags:], s.Flags)
 	ne.PutUint32(b[lbOffUtilSwitch:], 1)
 	for d := range MaxDevices {

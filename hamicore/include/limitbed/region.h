@@ -86,7 +86,12 @@ struct lb_region_header {
     _Atomic uint32_t util_switch;  /* 448  upstream's utilization_switch: 1 = with policy "default" the
                                     *      compute limit applies (stamped 1); a monitor may write 0 */
     uint32_t reserved0;            /* 452 */
-    uint64_t reserved[71];         /* 456 */
+    _Atomic uint32_t recent_kernel;/* 456  set to 1 by a launch of any process when it reads 0; the node
+                                    *      monitor swaps it back to 0 each period: "launched recently" */
+    uint32_t reserved1;            /* 460 */
+    uint8_t dev_uuid[LB_REGION_MAX_DEVICES][16]; /* 464 CUDA ordinal -> GPU UUID (cuDeviceGetUuid), stamped
+                                    *      by the first launching process; all zero = not known yet */
+    uint64_t reserved[38];         /* 720 */
 };                                 /* 1024 */
 
 #define LB_REGION_HEADER_SIZE 1024u
@@ -104,6 +109,8 @@ _Static_assert(offsetof(struct lb_region_header, sm_limit) == 192, "sm_limit off
 _Static_assert(offsetof(struct lb_region_header, mutex) == 256, "mutex offset");
 _Static_assert(offsetof(struct lb_region_header, used_total) == 320, "used_total offset");
 _Static_assert(offsetof(struct lb_region_header, util_switch) == 448, "util_switch offset");
+_Static_assert(offsetof(struct lb_region_header, recent_kernel) == 456, "recent_kernel offset");
+_Static_assert(offsetof(struct lb_region_header, dev_uuid) == 464, "dev_uuid offset");
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t fits its field");
 _Static_assert(LB_REGION_FILE_SIZE == 200704u, "file size");
 

@@ -2,6 +2,7 @@
 //
 //	limitbed matrix [flags]   the compatibility matrix (make matrix)
 //	limitbed doctor           what this machine can run: backends, kind, GPU, the C build
+//	limitbed bench compute    the compute limit on fakegpu or a real GPU (make bench)
 //	limitbed e2e [flags]      the kind tier (make e2e)
 //
 // Only main exits; every subcommand returns an error and an exit code.
@@ -43,6 +44,7 @@ type cliEnv struct {
 var commands = []command{
 	{"matrix", "run the compatibility matrix and compare it with testdata/matrix/expected.json", runMatrix},
 	{"doctor", "probe which backends and tiers this machine can run, and say how to get the others", runDoctor},
+	{"bench", "bench compute: the compute limit per workload and policy, achieved/unlimited per 1 s and 10 s window", runBench},
 	{"e2e", "run the kind tier: a kind cluster with a real kubelet, the chart and the scenarios (make e2e)", runE2E},
 }
 

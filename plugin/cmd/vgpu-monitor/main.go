@@ -1,7 +1,8 @@
 // Command vgpu-monitor removes what dead pods left under
 // <HOOK_PATH>/vgpu/containers (cache directories, .limits files, temporary
-// files of interrupted writes) and exports per-container limits and usage
-// as Prometheus metrics.
+// files of interrupted writes), exports per-container limits and usage
+// as Prometheus metrics, and decides the `default` compute policy of every
+// container (util_switch in its usage region).
 package main
 
 import (
@@ -35,6 +36,7 @@ type options struct {
 	grace          time.Duration
 	interval       time.Duration
 	scrapeTimeout  time.Duration
+	feedback       time.Duration
 	metricsAddress string
 }
 
@@ -68,6 +70,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
 	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
 	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
+	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -78,6 +81,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	}
 	if o.nodeName == "" {
 		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
+	}
+	if o.feedback < 0 {
+		return options{}, fmt.Errorf("--feedback-interval (FEEDBACK_INTERVAL) must not be negative, got %v", o.feedback)
 	}
 	if o.interval <= 0 {
 		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
@@ -114,7 +120,11 @@ func serve(ctx context.Context, o options) error {
 		}()
 		defer srv.Shutdown(context.Background())
 	}
-	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval)
+	if o.feedback > 0 {
+		f := &monitor.Feedback{Dir: dir, Hold: 2 * o.feedback, Logger: logger.WithName("compute-policy")}
+		go f.Run(ctx, o.feedback)
+	}
+	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval, "feedback", o.feedback)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {

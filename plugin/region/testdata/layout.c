@@ -37,6 +37,9 @@ int main(void)
     FIELD(header, used_total);
     FIELD(header, util_switch);
     FIELD(header, reserved0);
+    FIELD(header, recent_kernel);
+    FIELD(header, reserved1);
+    FIELD(header, dev_uuid);
     FIELD(header, reserved);
     FIELD(slot, state);
     FIELD(slot, pid);

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/harness/computebench"
+	"github.com/limitbed/limitbed/harness/sandbox"
+)
+
+// runBench: `limitbed bench compute` (the only benchmark it runs so far).
+func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 || args[0] != "compute" {
+		return &exitError{2, fmt.Errorf("usage: limitbed bench compute [flags] (run with -h for the flags)")}
+	}
+	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
+	build := fs.String("build", "", "C build directory holding lib/libvgpu.so and bin/hamicore-launchprobe (default: ROOT/build)")
+	real := fs.Bool("real", false, "run on this machine's GPU and driver instead of fakegpu")
+	seconds := fs.Int("seconds", 12, "length of each run (the first 2 s are not judged; 12 gives one 10 s window)")
+	limits := fs.String("limits", "30,60", "comma-separated CUDA_DEVICE_SM_LIMIT values for force (disable and default use the first)")
+	workloads := fs.String("workloads", strings.Join(computebench.Workloads, ","), "comma-separated workloads: uniform, mix, graph")
+	policies := fs.String("policies", "force,disable,default", "comma-separated policies")
+	tol := fs.Float64("tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
+	perWindow := fs.Bool("windows", false, "also print every 1 s ratio")
+	if err := fs.Parse(args[1:]); err != nil {
+		return &exitError{2, err}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	var ls []int
+	for _, f := range strings.Split(*limits, ",") {
+		l, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || l < 1 || l > 99 {
+			return &exitError{2, fmt.Errorf("--limits %q: %q is not a percent 1..99", *limits, f)}
+		}
+		ls = append(ls, l)
+	}
+	ws := strings.Split(*workloads, ",")
+	for _, w := range ws {
+		if !contains(computebench.Workloads, w) {
+			return &exitError{2, fmt.Errorf("--workloads: unknown workload %q (known: %v)", w, computebench.Workloads)}
+		}
+	}
+	ps := strings.Split(*policies, ",")
+	for _, p := range ps {
+		if !contains([]string{"force", "disable", "default"}, p) {
+			return &exitError{2, fmt.Errorf("--policies: unknown policy %q (known: force, disable, default)", p)}
+		}
+	}
+	if *seconds < 3 {
+		return &exitError{2, fmt.Errorf("--seconds %d: at least 3 (the first 2 s are not judged)", *seconds)}
+	}
+	if *root == "" {
+		r, err := sandbox.RepoRoot()
+		if err != nil {
+			return &exitError{2, err}
+		}
+		*root = r
+	}
+	if *build == "" {
+		*build = filepath.Join(*root, "build")
+	}
+	probe, lib := filepath.Join(*build, "bin", "hamicore-launchprobe"), filepath.Join(*build, "lib", "libvgpu.so")
+	for _, p := range []string{probe, lib} {
+		if _, err := os.Stat(p); err != nil {
+			return &exitError{2, fmt.Errorf("%w (build it: make c OUT=%s)", err, *build)}
+		}
+	}
+	dir, err := os.MkdirTemp("", "limitbed-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	r := &computebench.Runner{Probe: probe, Preload: lib, Seconds: *seconds, Dir: dir, Logger: klog.Background().V(4)}
+	where := "a real GPU"
+	if !*real {
+		where = "fakegpu"
+		r.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(*build, "lib"), "FAKEGPU_PROFILE=a16-16q",
+			"FAKEGPU_PROFILE_DIR=" + filepath.Join(*root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")}
+	}
+	plan := computebench.Plan(ws, ps, ls)
+	fmt.Fprintf(env.stdout, "compute limit on %s: %d runs of %d s; achieved/unlimited, judged after the first %d s\n",
+		where, len(plan), *seconds, computebench.SkipWindows)
+	outs, err := r.RunAll(ctx, plan, *tol, env.stderr)
+	computebench.Report(env.stdout, outs, *perWindow)
+	if err != nil {
+		return fmt.Errorf("bench compute: %w", err)
+	}
+	bad := 0
+	for _, o := range outs {
+		if !o.OK {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return &exitError{1, fmt.Errorf("%d of %d limited runs out of bounds", bad, len(outs))}
+	}
+	fmt.Fprintln(env.stdout, "bench compute: every run within bounds")
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

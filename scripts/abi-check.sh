@@ -56,7 +56,8 @@ check() {
 # exports REALDIR: every cu* entry point of REALDIR/cuda.h that fakegpu's libcuda.so.1 lacks.
 exports() {
 	local realdir=$1 lib=${FAKEGPU_LIB:-build/lib/libcuda.so.1} v
-	[ -f "$lib" ] || make -s -C fakegpu OUT="$PWD/build" >/dev/null
+	# Built (incrementally) unless a library was named: a stale build would be judged otherwise.
+	[ -n "${FAKEGPU_LIB:-}" ] || make -s -C fakegpu OUT="$PWD/build" >/dev/null
 	grep -oE 'CUresult[[:space:]]+CUDAAPI[[:space:]]+cu[A-Za-z0-9_]+' "$realdir/cuda.h" | awk '{print $3}' >"$tmp/names"
 	for v in "" -D__CUDA_API_VERSION_INTERNAL -D__CUDA_API_PER_THREAD_DEFAULT_STREAM; do
 		"$cc" -E -P $v -I"$realdir" "$realdir/cuda.h" | tr -s ' \n' ' ' |

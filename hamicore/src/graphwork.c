@@ -29,7 +29,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void prepare(void) { pthread_mutex_lock(&g_mu); }
 static void parent(void) { pthread_mutex_unlock(&g_mu); }
-static void child(void) { pthread_mutex_init(&g_mu, NULL); }
+static void child(void) { pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */ }
 static void __attribute__((constructor(101))) graphwork_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }

@@ -102,6 +102,8 @@ paths() { # MODE RUNNER...
 	for p in vmm ctx pool graph array order stress fork dlsym; do
 		local pre=()
 		[ "$p" = order ] && pre=(CUDA_VISIBLE_DEVICES=1,0)
+		# A real cuMemAlloc/cuMemFree pair costs ~75 us: 8 threads x 100k pairs would take minutes.
+		[ "$p" = stress ] && pre=(PATH_ITERS="${PATH_STRESS_ITERS:-5000}")
 		if [ "$p" = dlsym ]; then
 			[ "$mode" != env ] && pre+=(LD_PRELOAD="$out/lib/path-dlsym-shim.so") # login: after ld.so.preload
 			[ "$mode" = env ] && pre+=(LD_PRELOAD="$lib $out/lib/path-dlsym-shim.so")

@@ -58,8 +58,24 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
-	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
 	var o options
+	fs := newFlagSet(&o)
+	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
+		return options{}, err
+	}
+	if o.nodeName == "" {
+		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
+	}
+	if o.interval <= 0 {
+		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
+	}
+	return o, nil
+}
+
+// newFlagSet defines every flag into o; docs/configuration.md lists them
+// (TestConfigurationReferenceListsEveryFlag).
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
 	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
 	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: the containers dir is <hook-path>/vgpu/containers")
@@ -71,16 +87,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	flagenv.Usage(fs, "v")
-	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
-		return options{}, err
-	}
-	if o.nodeName == "" {
-		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
-	}
-	if o.interval <= 0 {
-		return options{}, fmt.Errorf("--sweep-interval (SWEEP_INTERVAL) must be positive, got %v", o.interval)
-	}
-	return o, nil
+	return fs
 }
 
 // serve sweeps every o.interval and serves /metrics until ctx ends.

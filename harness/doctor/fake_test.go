@@ -175,8 +175,8 @@ func healthy(region []byte) *world {
 			views: map[string]string{gpuinfo + " --json": gpuinfoJSON(3000)},
 		},
 		plugin: &fakeContainer{name: pluginNS + "/limitbed-x7k2p/device-plugin", files: map[string][]byte{
-			"/usr/local/vgpu/libvgpu.so":                             libBuild,
-			"/usr/local/vgpu/ld.so.preload":                          []byte("/usr/local/vgpu/libvgpu.so\n"),
+			"/usr/local/vgpu/libvgpu.so":                            libBuild,
+			"/usr/local/vgpu/ld.so.preload":                         []byte("/usr/local/vgpu/libvgpu.so\n"),
 			"/usr/local/vgpu/containers/" + podUID + "_main.limits": []byte(limitsFile),
 		}},
 		loginView: gpuinfoJSON(3000),
@@ -187,7 +187,7 @@ func healthy(region []byte) *world {
 
 func (w *world) doctor() *Doctor {
 	fc := &fakeCluster{kube: fake.NewClientset(w.objects...), containers: map[string]*fakeContainer{
-		"team/train/main": w.workload,
+		"team/train/main":                          w.workload,
 		pluginNS + "/limitbed-x7k2p/device-plugin": w.plugin,
 	}, metrics: map[string]string{pluginNS + "/limitbed-x7k2p": w.metrics}}
 	return &Doctor{Cluster: fc, PluginNamespace: pluginNS, Login: func(_ context.Context, c sandbox.Container, cmd string) (launch.Result, error) {

@@ -60,7 +60,9 @@ func TestNodeFaultIsNamed(t *testing.T) {
 		mention string
 	}{
 		{"plugin not ready", func(w *world) { w.pluginPod().Status.ContainerStatuses[0].Ready = false }, "plugin", Fail, "is not ready"},
-		{"not registered", func(w *world) { w.node().Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")} },
+		{"not registered", func(w *world) {
+			w.node().Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}
+		},
 			"plugin", Fail, "registration failed"},
 		{"no plugin pod", func(w *world) { w.pluginPod().Spec.NodeName = "other" }, "plugin", Fail, "no pod in namespace limitbed-system on node gpu-1"},
 		{"library not installed", func(w *world) { delete(w.plugin.files, "/usr/local/vgpu/libvgpu.so") }, "library", Fail, "is not installed"},

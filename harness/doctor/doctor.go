@@ -123,6 +123,8 @@ type Doctor struct {
 	Cluster Cluster
 	// PluginNamespace holds the chart's DaemonSet pods and ConfigMap.
 	PluginNamespace string
+	// GPUTool is the path of gpuinfo or nvidia-smi in the container; empty looks both up in PATH.
+	GPUTool string
 	// Login starts a login session; nil uses LaunchLogin.
 	Login  LoginFunc
 	Logger *slog.Logger

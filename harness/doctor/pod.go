@@ -454,23 +454,30 @@ func (r *podRun) checkUsageCache(ctx context.Context) Check {
 	return pass(name, fmt.Sprintf("%s: %s layout %d.%d, limits as assigned, %s", path, reg.Layout.Name, reg.Layout.Major, reg.Layout.Minor, who))
 }
 
-// gpuTool returns the command line that prints the GPUs' memory totals, and how to parse it.
-func gpuTool(ctx context.Context, c sandbox.Container) (string, error) {
-	res, err := c.Exec(ctx, []string{"sh", "-c", "command -v gpuinfo || command -v nvidia-smi"}, sandbox.ExecOptions{})
-	if err != nil {
-		return "", fmt.Errorf("exec in %s: %w", c, err)
+// gpuTool returns the command line that prints the GPUs' memory totals: tool when given, else
+// gpuinfo or nvidia-smi from the container's PATH.
+func gpuTool(ctx context.Context, c sandbox.Container, tool string) (string, error) {
+	p := tool
+	if p == "" {
+		res, err := c.Exec(ctx, []string{"sh", "-c", "command -v gpuinfo || command -v nvidia-smi"}, sandbox.ExecOptions{})
+		if err != nil {
+			return "", fmt.Errorf("exec in %s: %w", c, err)
+		}
+		p = strings.TrimSpace(string(res.Stdout))
 	}
-	p := strings.TrimSpace(string(res.Stdout))
 	switch {
 	case strings.HasSuffix(p, "gpuinfo"):
 		return p + " --json", nil
 	case strings.HasSuffix(p, "nvidia-smi"):
 		return p + " --query-gpu=memory.total --format=csv,noheader,nounits", nil
 	}
+	if tool != "" {
+		return "", fmt.Errorf("--gpu-tool %q is neither gpuinfo nor nvidia-smi", tool)
+	}
 	return "", errNoTool
 }
 
-var errNoTool = errors.New("neither gpuinfo nor nvidia-smi is in the container's PATH")
+var errNoTool = errors.New("neither gpuinfo nor nvidia-smi is in the container's PATH (or give --gpu-tool)")
 
 func (r *podRun) compareView(name, session string, out []byte, code int) Check {
 	if code != 0 {
@@ -513,7 +520,7 @@ func (r *podRun) checkExecView(ctx context.Context) Check {
 	if err := r.open(ctx); err != nil {
 		return fail(name, err.Error(), "", "")
 	}
-	cmd, err := gpuTool(ctx, r.c)
+	cmd, err := gpuTool(ctx, r.c, r.d.GPUTool)
 	if err != nil {
 		return warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see")
 	}
@@ -533,7 +540,7 @@ func (r *podRun) checkLoginView(ctx context.Context) Check {
 	if err := r.open(ctx); err != nil {
 		return fail(name, err.Error(), "", "")
 	}
-	cmd, err := gpuTool(ctx, r.c)
+	cmd, err := gpuTool(ctx, r.c, r.d.GPUTool)
 	if err != nil {
 		return warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see")
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/internal/fixtures"
 )
@@ -202,5 +203,42 @@ func TestUnknownTarget(t *testing.T) {
 	}
 	if _, err := w.doctor().Pod(context.Background(), "team", "train", "sidecar"); err == nil || !strings.Contains(err.Error(), `no container "sidecar"`) {
 		t.Fatalf("missing container: err = %v", err)
+	}
+}
+
+// TestGPUToolOutsidePATH: --gpu-tool names a tool the container's PATH lacks (the test bed mounts
+// fakegpu's tools at /opt/fakegpu/bin); nvidia-smi's CSV is read as well as gpuinfo's JSON.
+func TestGPUToolOutsidePATH(t *testing.T) {
+	for _, tc := range []struct{ tool, cmd, out string }{
+		{"/opt/fakegpu/bin/gpuinfo", "/opt/fakegpu/bin/gpuinfo --json", gpuinfoJSON(3000)},
+		{"/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits", "3000\n"},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			w := healthy(hamiRegion(t))
+			w.workload.tool = ""
+			w.workload.views = map[string]string{tc.cmd: tc.out}
+			d := w.doctor()
+			d.GPUTool = tc.tool
+			d.Login = func(_ context.Context, _ sandbox.Container, cmd string) (launch.Result, error) {
+				if cmd != tc.cmd {
+					return launch.Result{}, fmt.Errorf("login ran %q", cmd)
+				}
+				return launch.Result{Stdout: []byte(tc.out)}, nil
+			}
+			rep, err := d.Pod(context.Background(), "team", "train", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"exec-view", "login-view"} {
+				if c, _ := rep.Check(name); c.Verdict != OK {
+					t.Errorf("%s = %+v", name, c)
+				}
+			}
+			d.GPUTool = ""
+			rep, _ = d.Pod(context.Background(), "team", "train", "")
+			if c, _ := rep.Check("exec-view"); c.Verdict != Warn || !strings.Contains(c.Detail, "neither gpuinfo nor nvidia-smi") {
+				t.Errorf("without a tool: exec-view = %+v", c)
+			}
+		})
 	}
 }

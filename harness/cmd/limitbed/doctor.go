@@ -34,6 +34,7 @@ func doctorMain(ctx context.Context, env *cliEnv, args []string, connect doctorC
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
 	pluginNS := fs.String("plugin-namespace", doctor.DefaultPluginNamespace, "namespace of the chart's DaemonSet and ConfigMap")
+	gpuTool := fs.String("gpu-tool", "", "path of gpuinfo or nvidia-smi in the container (default: looked up in its PATH)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: limitbed doctor                                   which test tiers this machine can run")
@@ -59,8 +60,8 @@ func doctorMain(ctx context.Context, env *cliEnv, args []string, connect doctorC
 		return &exitError{2, fmt.Errorf("give --pod or --node, not both")}
 	case *pod != "" && *ns == "":
 		return &exitError{2, fmt.Errorf("--pod needs --namespace")}
-	case *node != "" && *ctr != "":
-		return &exitError{2, fmt.Errorf("--container goes with --pod")}
+	case *node != "" && (*ctr != "" || *gpuTool != ""):
+		return &exitError{2, fmt.Errorf("--container and --gpu-tool go with --pod")}
 	case !live:
 		return probeTiers(ctx, env)
 	}
@@ -70,7 +71,7 @@ func doctorMain(ctx context.Context, env *cliEnv, args []string, connect doctorC
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	d := &doctor.Doctor{Cluster: cl, PluginNamespace: *pluginNS, Logger: env.logger}
+	d := &doctor.Doctor{Cluster: cl, PluginNamespace: *pluginNS, GPUTool: *gpuTool, Logger: env.logger}
 	var rep *doctor.Report
 	if *pod != "" {
 		rep, err = d.Pod(ctx, *ns, *pod, *ctr)

@@ -46,7 +46,7 @@ func TestDoctorLiveModes(t *testing.T) {
 		{"pod without namespace", []string{"--pod", "p"}, 2, "--pod needs --namespace"},
 		{"pod and node", []string{"--namespace", "n", "--pod", "p", "--node", "n1"}, 2, "not both"},
 		{"json alone", []string{"--json"}, 2, "need --pod or --node"},
-		{"container with node", []string{"--node", "n1", "--container", "c"}, 2, "--container goes with --pod"},
+		{"container with node", []string{"--node", "n1", "--container", "c"}, 2, "--container and --gpu-tool go with --pod"},
 		{"extra argument", []string{"--node", "n1", "x"}, 2, "unexpected arguments"},
 		{"no cluster", []string{"--node", "n1", "--kubeconfig", "/nonexistent"}, 2, "no such file"},
 		{"missing pod", []string{"--namespace", "n", "--pod", "p"}, 2, "get pod n/p"},

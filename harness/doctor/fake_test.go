@@ -28,13 +28,13 @@ type fakeContainer struct {
 
 func (f *fakeContainer) Exec(_ context.Context, cmd []string, _ sandbox.ExecOptions) (sandbox.ExecResult, error) {
 	switch {
-	case len(cmd) == 5 && cmd[0] == "sh" && cmd[3] == "read":
+	case len(cmd) == 5 && cmd[0] == "/bin/sh" && cmd[3] == "read":
 		b, ok := f.files[cmd[4]]
 		if !ok {
 			return sandbox.ExecResult{ExitCode: 3}, nil
 		}
 		return sandbox.ExecResult{Stdout: b}, nil
-	case len(cmd) == 3 && cmd[0] == "ls" && cmd[1] == "-a":
+	case len(cmd) == 3 && cmd[0] == "/bin/ls" && cmd[1] == "-a":
 		if f.noLs {
 			return sandbox.ExecResult{ExitCode: 2, Stderr: []byte("ls: no such directory")}, nil
 		}

@@ -133,7 +133,7 @@ func (r *nodeRun) checkLimitsFiles(ctx context.Context) Check {
 		}
 	}
 	dir := r.pp.vgpuDir() + "/containers"
-	res, err := r.pc.Exec(ctx, []string{"ls", "-a", dir}, sandbox.ExecOptions{})
+	res, err := r.pc.Exec(ctx, []string{"/bin/ls", "-a", dir}, sandbox.ExecOptions{})
 	if err != nil || res.ExitCode != 0 {
 		return fail(name, fmt.Sprintf("cannot list %s in the plugin pod: %v %s", dir, err, strings.TrimSpace(string(res.Stderr))), "", "")
 	}

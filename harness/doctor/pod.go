@@ -137,21 +137,24 @@ func (r *podRun) checkAnnotations(context.Context) Check {
 		return fail(name, fmt.Sprintf("%s is %s but the pod runs on %s", annotations.VGPUNode, n, r.pod.Spec.NodeName),
 			"the scheduler's decision is for another node: this node's plugin will not allocate it", "recreate the pod")
 	}
-	switch p := annotations.Phase(a[annotations.BindPhase]); p {
-	case annotations.PhaseSuccess:
-	case annotations.PhaseFailed:
+	switch p := annotations.Phase(a[annotations.BindPhase]); {
+	case p == annotations.PhaseSuccess:
+	case p == annotations.PhaseAllocating && r.mig:
+		// Static MIG instances are kubelet's own device IDs: the plugin hands them over without
+		// consuming the annotation's entry, so the phase stays allocating.
+	case p == annotations.PhaseFailed:
 		return fail(name, annotations.BindPhase+" is failed",
 			"the device plugin's Allocate failed (e.g. the limits file could not be written)",
 			"read the plugin's log on node "+r.pod.Spec.NodeName+" (kubectl -n "+r.d.PluginNamespace+" logs <plugin pod> -c "+pluginContainer+") and recreate the pod")
 	default:
-		return fail(name, fmt.Sprintf("%s is %q, not success", annotations.BindPhase, p),
+		return fail(name, fmt.Sprintf("%s is %q, not success", annotations.BindPhase, a[annotations.BindPhase]),
 			"kubelet has not had the plugin allocate this pod's devices", "wait for the pod to start; if it stays, read the plugin's log")
 	}
 	var devs []string
 	for i, dv := range r.devs {
 		devs = append(devs, fmt.Sprintf("device %d %s %d MiB %d%%", i, dv.UUID, dv.UsedMem, dv.UsedCores))
 	}
-	return pass(name, "bind-phase success on "+r.pod.Spec.NodeName+"; "+strings.Join(devs, ", "))
+	return pass(name, "bind-phase "+a[annotations.BindPhase]+" on "+r.pod.Spec.NodeName+"; "+strings.Join(devs, ", "))
 }
 
 // checkDelivery: the limitDelivery that applies to the pod, and the layer it came from.
@@ -215,7 +218,7 @@ func (r *podRun) open(ctx context.Context) error {
 
 // read returns a file of the container; found is false when it does not exist.
 func read(ctx context.Context, c sandbox.Container, path string) (data []byte, found bool, err error) {
-	res, err := c.Exec(ctx, []string{"sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, sandbox.ExecOptions{})
+	res, err := c.Exec(ctx, []string{"/bin/sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, sandbox.ExecOptions{})
 	if err != nil {
 		return nil, false, fmt.Errorf("exec in %s: %w", c, err)
 	}

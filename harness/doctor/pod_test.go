@@ -160,10 +160,16 @@ func TestPlantedFaultIsNamed(t *testing.T) {
 func TestMIGPodSkipsLibraryChecks(t *testing.T) {
 	w := healthy(hamiRegion(t))
 	w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "MIG-7f1e,NVIDIA,4864,0:;"
+	w.pod().Annotations["hami.io/bind-phase"] = "allocating" // the plugin does not consume a static MIG entry
 	w.workload.files = map[string][]byte{}
 	rep, err := w.doctor().Pod(context.Background(), "team", "train", "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Failed() {
+		var b bytes.Buffer
+		_ = rep.WriteText(&b)
+		t.Fatalf("a healthy MIG pod failed:\n%s", b.String())
 	}
 	for _, name := range []string{"preload", "library", "limits-file", "usage-cache", "exec-view", "login-view"} {
 		if c, _ := rep.Check(name); c.Verdict != OK || !strings.Contains(c.Detail, "MIG") {

@@ -159,7 +159,7 @@ func bypassPod(t *testing.T, e *testEnv, worker int) *kindcluster.PodContainer {
 		Spec: corev1.PodSpec{
 			NodeName:                      e.c.Worker(worker),
 			TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: "main", Image: sandbox.WorkloadImage, ImagePullPolicy: corev1.PullNever}},
+			Containers:                    []corev1.Container{{Name: "main", Image: sandbox.WorkloadImage, ImagePullPolicy: corev1.PullNever}},
 		},
 	}
 	if _, err := e.c.Kube.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

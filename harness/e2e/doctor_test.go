@@ -22,7 +22,8 @@ import (
 
 // TestKindDoctor: limitbed doctor, through the API server like the CLI, passes a healthy pod and
 // names the planted fault of each broken one: a library from another build, no preload mount, a
-// malformed limits file, an env-mode pod reached by ssh, and a MIG pod (no library: not a fault).
+// malformed limits file, an env-mode pod reached by ssh, and a MIG pod (no library: not a fault);
+// and it passes the file-mode worker node.
 func TestKindDoctor(t *testing.T) {
 	e := need(t)
 	if os.Getenv("LIMITBED_E2E_DOCTOR") == "" {
@@ -73,6 +74,26 @@ func TestKindDoctor(t *testing.T) {
 		named(t, rep, "library", doctor.Fail, "a library from another build")
 		if !rep.Failed() {
 			t.Error("the report did not fail")
+		}
+	})
+
+	// The node checks run before the parallel pods below exist (the bypass pod would count as a
+	// live GPU container without a limits file).
+	t.Run("node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		rep, err := d.Node(ctx, e.c.Worker(fileWorker))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		_ = rep.WriteText(&b)
+		t.Logf("limitbed doctor --node %s\n%s", e.c.Worker(fileWorker), b.String())
+		for _, name := range []string{"plugin", "library", "monitor"} {
+			named(t, rep, name, doctor.OK, "")
+		}
+		if rep.Failed() {
+			t.Error("the node failed")
 		}
 	})
 

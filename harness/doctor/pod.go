@@ -35,6 +35,7 @@ type podRun struct {
 	ctr    string
 	index  int // the container's entry in the device annotations: init containers first
 	cfg    pluginConfig
+	cfgErr error
 	devs   annotations.ContainerDevices
 	mig    bool
 	mode   v1.LimitDelivery
@@ -65,6 +66,8 @@ func (d *Doctor) Pod(ctx context.Context, ns, name, ctr string) (*Report, error)
 		return nil, fmt.Errorf("pod %s/%s has no container %q", ns, name, ctr)
 	}
 	r.report = &Report{Target: "pod " + ns + "/" + name + " container " + r.ctr}
+	// The chart's configuration names the resource (resources) and the delivery layers (delivery).
+	r.cfg, r.cfgErr = loadPluginConfig(ctx, d.Cluster, d.PluginNamespace)
 	for _, step := range []func(context.Context) Check{
 		r.checkResources, r.checkAnnotations, r.checkDelivery, r.checkPreload, r.checkLibrary,
 		r.checkLimitsFile, r.checkUsageCache, r.checkExecView, r.checkLoginView,
@@ -90,13 +93,14 @@ func (r *podRun) checkResources(context.Context) Check {
 		q, ok := c.Resources.Requests[res]
 		return q, ok
 	}
-	gpu, ok := get(v1.DefaultResourceCountName)
+	res := v1.Resolve(r.cfg.device, r.cfg.node, r.pod.Spec.NodeName).ResourceCountName
+	gpu, ok := get(corev1.ResourceName(res))
 	if !ok || gpu.IsZero() {
-		return fail(name, fmt.Sprintf("container %s asks for no %s", r.ctr, v1.DefaultResourceCountName),
+		return fail(name, fmt.Sprintf("container %s asks for no %s", r.ctr, res),
 			"without the GPU resource the scheduler assigns no device and the plugin delivers no limit",
-			fmt.Sprintf("add resources.limits: {%s: 1, %s: <MiB>, %s: <percent>}", v1.DefaultResourceCountName, resourceMem, resourceCores))
+			fmt.Sprintf("add resources.limits: {%s: 1, %s: <MiB>, %s: <percent>}", res, resourceMem, resourceCores))
 	}
-	parts := []string{fmt.Sprintf("%s: %s", v1.DefaultResourceCountName, gpu.String())}
+	parts := []string{fmt.Sprintf("%s: %s", res, gpu.String())}
 	if q, ok := get(resourceMem); ok {
 		parts = append(parts, fmt.Sprintf("%s: %d MiB", resourceMem, q.Value()))
 	} else {
@@ -160,13 +164,11 @@ func (r *podRun) checkAnnotations(context.Context) Check {
 // checkDelivery: the limitDelivery that applies to the pod, and the layer it came from.
 func (r *podRun) checkDelivery(ctx context.Context) Check {
 	const name = "delivery"
-	cfg, err := loadPluginConfig(ctx, r.d.Cluster, r.d.PluginNamespace)
-	if err != nil {
-		return fail(name, err.Error(), "the plugin's configuration does not parse; the plugin itself would refuse to start", "fix the ConfigMap (docs/configuration.md)")
+	if r.cfgErr != nil {
+		return fail(name, r.cfgErr.Error(), "the plugin's configuration does not parse; the plugin itself would refuse to start", "fix the ConfigMap (docs/configuration.md)")
 	}
-	r.cfg = cfg
-	eff := v1.Resolve(cfg.device, cfg.node, r.pod.Spec.NodeName)
-	from := cfg.from
+	eff := v1.Resolve(r.cfg.device, r.cfg.node, r.pod.Spec.NodeName)
+	from := r.cfg.from
 	if from == "" {
 		from = "no chart ConfigMap in namespace " + r.d.PluginNamespace + ": defaults assumed"
 	}

@@ -248,3 +248,21 @@ func TestGPUToolOutsidePATH(t *testing.T) {
 		})
 	}
 }
+
+// TestConfiguredResourceName: the resource the chart advertises is the one the pod must ask for.
+func TestConfiguredResourceName(t *testing.T) {
+	w := healthy(hamiRegion(t))
+	w.configMap().Data["device-config.yaml"] = "nvidia:\n  resourceCountName: example.com/vgpu\n"
+	rep, err := w.doctor().Pod(context.Background(), "team", "train", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := rep.Check("resources"); c.Verdict != Fail || !strings.Contains(c.Detail, "asks for no example.com/vgpu") {
+		t.Fatalf("resources = %+v", c)
+	}
+	w.configMap().Data["device-config.yaml"] = "nvidia:\n  limitDelivry: env\n"
+	rep, _ = w.doctor().Pod(context.Background(), "team", "train", "")
+	if c, _ := rep.Check("delivery"); c.Verdict != Fail || !strings.Contains(c.Detail, "limitDelivry") {
+		t.Fatalf("a typo in the ConfigMap: delivery = %+v", c)
+	}
+}

@@ -369,6 +369,12 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 				"the file does not carry the scheduler's limit", "recreate the pod")
 		}
 	}
+	if len(r.devs) > 0 {
+		if got, want := p.Vars["CUDA_DEVICE_SM_LIMIT"], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
+			return fail(name, fmt.Sprintf("CUDA_DEVICE_SM_LIMIT=%q, the scheduler assigned %s%% (device 0 speaks for all)", got, want),
+				"the file does not carry the scheduler's compute limit", "recreate the pod")
+		}
+	}
 	var differ []string
 	for _, k := range sortedKeys(p.Vars) {
 		if k == limitsfile.FormatKey {

@@ -85,6 +85,10 @@ func TestPlantedFaultIsNamed(t *testing.T) {
 		{"file limit differs from the scheduler's", func(w *world) {
 			w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "3000m", "30000m", 1))
 		}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
+		{"file compute limit differs from the scheduler's", func(w *world) {
+			w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "SM_LIMIT=30", "SM_LIMIT=100", 1))
+			w.workload.env["CUDA_DEVICE_SM_LIMIT"] = "100"
+		}, "limits-file", Fail, "the scheduler assigned 30%", true},
 		{"environment overrides the file", func(w *world) { w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m" },
 			"limits-file", Fail, "the environment disagrees", true},
 		{"control disabled", func(w *world) { w.workload.env["CUDA_DISABLE_CONTROL"] = "true" },

@@ -5,7 +5,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,9 +25,6 @@ import (
 // and it passes the file-mode worker node.
 func TestKindDoctor(t *testing.T) {
 	e := need(t)
-	if os.Getenv("LIMITBED_E2E_DOCTOR") == "" {
-		t.Skip("LIMITBED_E2E_DOCTOR is not set: this scenario is not yet part of the default kind run")
-	}
 	cl, err := doctor.NewAPICluster(e.c.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Command limitbed runs the harness outside `go test`:
 //
 //	limitbed matrix [flags]   the compatibility matrix (make matrix)
-//	limitbed doctor           what this machine can run: backends, kind, GPU, the C build
+//	limitbed doctor [flags]   a GPU pod or node of a live cluster; no flags: what this machine can run
 //	limitbed bench compute    the compute limit on fakegpu or a real GPU (make bench)
 //	limitbed e2e [flags]      the kind tier (make e2e)
 //
@@ -43,7 +43,7 @@ type cliEnv struct {
 
 var commands = []command{
 	{"matrix", "run the compatibility matrix and compare it with testdata/matrix/expected.json", runMatrix},
-	{"doctor", "probe which backends and tiers this machine can run, and say how to get the others", runDoctor},
+	{"doctor", "check a GPU pod or node of a live cluster (--pod, --node); without flags, which tiers this machine can run", runDoctor},
 	{"bench", "bench compute: the compute limit per workload and policy, achieved/unlimited per 1 s and 10 s window", runBench},
 	{"e2e", "run the kind tier: a kind cluster with a real kubelet, the chart and the scenarios (make e2e)", runE2E},
 }

@@ -60,8 +60,24 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
-	fs := flag.NewFlagSet("vgpu-device-plugin", flag.ContinueOnError)
 	var o options
+	fs := newFlagSet(&o)
+	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
+		return options{}, err
+	}
+	if o.nodeName == "" {
+		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
+	}
+	if o.fakeDriver && o.fakeLibDir == "" {
+		return options{}, fmt.Errorf("--fake-driver needs --fake-driver-lib-dir (FAKE_DRIVER_LIB_DIR)")
+	}
+	return o, nil
+}
+
+// newFlagSet defines every flag into o; docs/configuration.md lists them
+// (TestConfigurationReferenceListsEveryFlag).
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("vgpu-device-plugin", flag.ContinueOnError)
 	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
 	fs.StringVar(&o.deviceConfigFile, "device-config-file", "", "global device configuration (HAMi device-config.yaml, nvidia: section)")
@@ -82,14 +98,5 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	flagenv.Usage(fs, "v")
-	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
-		return options{}, err
-	}
-	if o.nodeName == "" {
-		return options{}, fmt.Errorf("--node-name (NODE_NAME) is required")
-	}
-	if o.fakeDriver && o.fakeLibDir == "" {
-		return options{}, fmt.Errorf("--fake-driver needs --fake-driver-lib-dir (FAKE_DRIVER_LIB_DIR)")
-	}
-	return o, nil
+	return fs
 }

@@ -61,21 +61,8 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
-	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
-	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: the containers dir is <hook-path>/vgpu/containers")
-	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
-	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
-	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
-	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
-	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")
-	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
-	flagenv.Usage(fs, "v")
+	fs := newFlagSet(&o)
 	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
 		return options{}, err
 	}
@@ -92,6 +79,26 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 		return options{}, fmt.Errorf("--scrape-timeout (SCRAPE_TIMEOUT) must be positive, got %v", o.scrapeTimeout)
 	}
 	return o, nil
+}
+
+// newFlagSet defines every flag into o; docs/configuration.md lists them
+// (TestConfigurationReferenceListsEveryFlag).
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("vgpu-monitor", flag.ContinueOnError)
+	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
+	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: the containers dir is <hook-path>/vgpu/containers")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
+	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
+	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
+	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
+	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+	flagenv.Usage(fs, "v")
+	return fs
 }
 
 // serve sweeps every o.interval and serves /metrics until ctx ends.

@@ -1,0 +1,134 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
+)
+
+// APICluster is a Cluster reached through an API server: exec as kubectl exec does, the pod
+// proxy for /metrics. (harness/kindcluster's PodContainer does the same for the kind tier; it is
+// not reused here so that the CLI does not link the kind and Helm libraries for it.)
+type APICluster struct {
+	kube kubernetes.Interface
+	rest *rest.Config
+}
+
+// NewAPICluster builds the client from kubeconfig, or, when it is empty, from client-go's default
+// loading rules (KUBECONFIG, then ~/.kube/config), as kubectl does.
+func NewAPICluster(kubeconfig string) (*APICluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig (--kubeconfig, KUBECONFIG or ~/.kube/config): %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &APICluster{kube: kube, rest: cfg}, nil
+}
+
+// Kube implements Cluster.
+func (a *APICluster) Kube() kubernetes.Interface { return a.kube }
+
+// Container implements Cluster.
+func (a *APICluster) Container(_ context.Context, ns, pod, container string) (sandbox.Container, error) {
+	return &podContainer{a: a, ns: ns, pod: pod, ctr: container}, nil
+}
+
+// ProxyGet implements Cluster.
+func (a *APICluster) ProxyGet(ctx context.Context, ns, pod, port, path string) ([]byte, error) {
+	b, err := a.kube.CoreV1().Pods(ns).ProxyGet("http", pod, port, path, nil).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s from pod %s/%s port %s through the API server: %w", path, ns, pod, port, err)
+	}
+	return b, nil
+}
+
+// podContainer execs through the API server; it is a sandbox.Container so that harness/launch's
+// methods (su -) run in it.
+type podContainer struct {
+	a            *APICluster
+	ns, pod, ctr string
+}
+
+func (p *podContainer) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+	argv := cmd
+	if len(opts.Env) > 0 {
+		keys := make([]string, 0, len(opts.Env))
+		for k := range opts.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		pre := []string{"env"}
+		for _, k := range keys {
+			pre = append(pre, k+"="+opts.Env[k])
+		}
+		argv = append(pre, argv...)
+	}
+	if opts.User != "" {
+		argv = append([]string{"runuser", "-u", opts.User, "--"}, argv...)
+	}
+	req := p.a.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.ns).Name(p.pod).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
+		Container: p.ctr, Command: argv, Stdin: opts.Stdin != nil, Stdout: true, Stderr: true,
+	}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(p.a.rest, "POST", req.URL())
+	if err != nil {
+		return sandbox.ExecResult{}, fmt.Errorf("exec in %s: %w", p, err)
+	}
+	var out, errb bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: &out, Stderr: &errb})
+	res := sandbox.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
+	var ee utilexec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode = ee.ExitStatus()
+	default:
+		return res, fmt.Errorf("exec %v in %s: %w", cmd, p, err)
+	}
+	return res, nil
+}
+
+func (p *podContainer) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	b, found, err := read(ctx, p, path)
+	if err == nil && !found {
+		err = fmt.Errorf("read %s in %s: no such file", path, p)
+	}
+	return b, err
+}
+
+func (p *podContainer) Logs(ctx context.Context) ([]byte, error) {
+	b, err := p.a.kube.CoreV1().Pods(p.ns).GetLogs(p.pod, &corev1.PodLogOptions{Container: p.ctr}).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("logs of %s: %w", p, err)
+	}
+	return b, nil
+}
+
+func (p *podContainer) Addr() string                  { return "" }
+func (p *podContainer) Supports(sandbox.Feature) bool { return false }
+func (p *podContainer) Backend() string               { return "kubernetes" }
+func (p *podContainer) String() string                { return p.ns + "/" + p.pod + "/" + p.ctr }
+
+// Stop is refused: doctor never deletes what it inspects.
+func (p *podContainer) Stop(context.Context) error {
+	return fmt.Errorf("doctor does not stop %s", p)
+}

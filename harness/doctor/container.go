@@ -148,6 +148,16 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	}
 	if !found {
 		if r.mode == v1.LimitDeliveryEnv {
+			// The kubelet keeps the pod spec's value over the plugin's, so in env mode a spec
+			// that sets a limit variable itself is its own limit (docs/attacks.md).
+			for i, dv := range r.devs {
+				key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+				if got, err := limitsfile.ParseMemory(r.env[key]); err != nil || got != uint64(dv.UsedMem)<<20 {
+					return fail(name, fmt.Sprintf("env mode: the environment has %s=%q, the scheduler assigned %d MiB", key, r.env[key], dv.UsedMem),
+						"the pod spec sets the limit variable itself, and in env mode the kubelet keeps the spec's value over the plugin's",
+						"remove "+key+" from the container spec, or run the pod in file mode, where the file wins")
+				}
+			}
 			return warn(name, "env mode: no "+containerLimitsFile+"; the limits are in the environment only",
 				"login sessions (ssh, su -, sudo, cron) start without the environment and run unlimited", "switch the pod to file mode (see delivery) and recreate it")
 		}

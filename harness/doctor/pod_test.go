@@ -109,6 +109,11 @@ func TestPlantedFaultIsNamed(t *testing.T) {
 			delete(w.workload.files, "/overrideEnv")
 			w.loginView = gpuinfoJSON(16384)
 		}, "login-view", Fail, "and the pod runs in env mode", true},
+		{"env-mode pod escaped through its own spec's variable", func(w *world) {
+			w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
+			delete(w.workload.files, "/overrideEnv")
+			w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m"
+		}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
 		{"env delivery is named with its layer", func(w *world) {
 			w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
 			delete(w.workload.files, "/overrideEnv")

@@ -136,6 +136,15 @@ func TestKindDoctor(t *testing.T) {
 		named(t, rep, "login-view", doctor.Fail, "and the pod runs in env mode")
 	})
 
+	// The attack suite's env-mode finding: a pod whose own spec sets the limit variable keeps it
+	// (the kubelet applies the spec's env after the plugin's), and escapes its 3000 MiB.
+	t.Run("env-mode pod escaped through its own spec's variable", func(t *testing.T) {
+		t.Parallel()
+		pc := gpuPodSpec(t, e, envWorker, e.gpuUUID, podName(t), 3000, nil, map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "16000m"})
+		rep := run(t, pc)
+		named(t, rep, "limits-file", doctor.Fail, "the scheduler assigned 3000 MiB")
+	})
+
 	t.Run("MIG pod", func(t *testing.T) {
 		t.Parallel()
 		migUUID, err := profileValue(filepath.Join(e.root, "fakegpu", "profiles", migProfile+".profile"), "mig_uuid")

@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +115,13 @@ func gpuPodOn(t *testing.T, e *testEnv, worker int, uuid string, memMiB int32, a
 // gpuPodNamed is gpuPodOn with the pod's name (for a test that needs several pods).
 func gpuPodNamed(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB int32, ann map[string]string) *kindcluster.PodContainer {
 	t.Helper()
+	return gpuPodSpec(t, e, worker, uuid, name, memMiB, ann, nil)
+}
+
+// gpuPodSpec is gpuPodNamed with variables in the container spec's env (which the kubelet applies
+// after the device plugin's).
+func gpuPodSpec(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB int32, ann, env map[string]string) *kindcluster.PodContainer {
+	t.Helper()
 	ctx := t.Context()
 	node := e.c.Worker(worker)
 	hostTools := corev1.HostPathDirectory
@@ -129,6 +138,7 @@ func gpuPodNamed(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB
 					"nvidia.com/gpumem": *resource.NewQuantity(int64(memMiB), resource.DecimalSI),
 				}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "fakegpu-tools", MountPath: toolsDir, ReadOnly: true}},
+				Env:          specEnv(env),
 			}},
 			Volumes: []corev1.Volume{{Name: "fakegpu-tools", VolumeSource: corev1.VolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: vgpuDir + "/fakegpu/bin", Type: &hostTools}}}},
@@ -250,4 +260,12 @@ func waitPluginRegistered(ctx context.Context, e *testEnv, node string, since ti
 	}
 	time.Sleep(3 * time.Second) // the kubelet connects back and receives the device list
 	return waitGPUs(ctx, e.c, node, time.Minute)
+}
+
+func specEnv(env map[string]string) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, corev1.EnvVar{Name: k, Value: env[k]})
+	}
+	return out
 }

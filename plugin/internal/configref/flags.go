@@ -3,6 +3,7 @@ package configref
 import (
 	"flag"
 	"fmt"
+	"testing"
 
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
 )
@@ -49,4 +50,21 @@ func CheckFlags(root, id string, fs *flag.FlagSet, noTwin ...string) ([]string, 
 		}
 	})
 	return problems, nil
+}
+
+// AssertFlags is the whole test a binary runs on its own flags: docs/configuration.md's table id
+// lists every flag of fs with its environment twin and default, and no flag fs lacks.
+func AssertFlags(tb testing.TB, id string, fs *flag.FlagSet, noTwin ...string) {
+	tb.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	problems, err := CheckFlags(root, id, fs, noTwin...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, p := range problems {
+		tb.Error(p)
+	}
 }

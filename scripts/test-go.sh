@@ -11,6 +11,9 @@ if [ -n "$unformatted" ]; then
 fi
 # go-nvml's cgo preamble uses deprecated NVML declarations; its warnings are not ours.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
-go vet ./...
-go vet -tags kind ./harness/e2e/ # the kind tier only builds with its tag (make e2e runs it)
+# -race: vet compiles every dependency for its type information; with the test's own build flags
+# that compile is the one `go test -race` needs next, instead of a second, non-race copy of the whole
+# tree (on a cold 2-core machine, several minutes).
+go vet -race ./...
+go vet -race -tags kind ./harness/e2e/ # the kind tier only builds with its tag (make e2e runs it)
 go test -race -count=1 ./... "$@"

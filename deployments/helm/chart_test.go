@@ -238,7 +238,7 @@ func TestChartFlagsMatchBinaries(t *testing.T) {
 		"devicePlugin.extraArgs", []any{}, "monitor.extraArgs", []any{}))
 	bin := t.TempDir()
 	root := repoRoot(t)
-	build := exec.Command("go", "build", "-o", bin+"/", "./plugin/cmd/vgpu-device-plugin", "./plugin/cmd/vgpu-monitor")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "./plugin/cmd/vgpu-device-plugin", "./plugin/cmd/vgpu-monitor")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build plugin binaries: %v\n%s", err, out)

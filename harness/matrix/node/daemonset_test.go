@@ -23,7 +23,7 @@ import (
 func buildWirePlugin(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "wireplugin")
-	cmd := exec.Command("go", "build", "-o", out, "./harness/matrix/node/internal/wireplugin")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./harness/matrix/node/internal/wireplugin")
 	cmd.Dir = cbuild.RepoRoot()
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build wireplugin: %v\n%s", err, msg)

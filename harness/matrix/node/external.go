@@ -326,7 +326,7 @@ func (n *Node) Requests() []string {
 // path: the stand-in for an old release's binary in tests of the external-plugin path.
 func BuildPluginBinary(ctx context.Context, root, dir string) (string, error) {
 	out := filepath.Join(dir, "vgpu-device-plugin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./plugin/cmd/vgpu-device-plugin")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./plugin/cmd/vgpu-device-plugin")
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build vgpu-device-plugin: %w\n%s", err, msg)

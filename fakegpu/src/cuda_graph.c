@@ -15,7 +15,11 @@
  * from a per-device graph memory pool: reserved (charged to the device) when an executable graph
  * is uploaded or launched, *used* from the allocation node's execution until its free (a free
  * node in the graph, or cuMemFree/cuMemFreeAsync outside it). Reserved memory that is not in use
- * stays with the pool until cuDeviceGraphMemTrim (or a primary-context reset). A launch while an
+ * stays with the pool until cuDeviceGraphMemTrim (or a primary-context reset). The driver keeps
+ * it mapped into the graphs' address ranges meanwhile, and its "used" attributes report that
+ * mapping, not what is allocated: on an H200 (driver 580) CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
+ * equals the reserve after every step of hamicore/test/paths/graph.c, frees included, so fakegpu
+ * reports the reserve there too (what is allocated, `used` below, decides reuse). A launch while an
  * allocation of the same executable graph is still unfreed fails (CUDA_ERROR_INVALID_VALUE)
  * unless it was instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH. A graph with
  * allocation nodes has at most one executable graph at a time (CUDA_ERROR_NOT_SUPPORTED).
@@ -65,6 +69,8 @@ typedef struct gexec {
     size_t nk;
     galloc *allocs;
     size_t na;
+    CUdeviceptr *frees; /* free nodes of allocations made elsewhere (another graph's) */
+    size_t nf;
     unsigned long long flags;
 } gexec;
 
@@ -529,7 +535,7 @@ FG_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NOD
 /* ---- executable graphs ---- */
 
 static void exec_free(gexec *x) {
-    free(x->kfunc), free(x->kblocks), free(x->kns), free(x->allocs), free(x);
+    free(x->kfunc), free(x->kblocks), free(x->kns), free(x->allocs), free(x->frees), free(x);
 }
 
 static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long flags) {
@@ -546,9 +552,10 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long
         goto out;
     }
     graph *g = graphs[gi];
-    size_t nk = 0, na = 0;
+    size_t nk = 0, na = 0, nf = 0;
     for (size_t i = 0; i < g->n; i++)
-        nk += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL, na += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        nk += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL, na += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            nf += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_FREE;
     if (na && g->execs) {
         r = CUDA_ERROR_NOT_SUPPORTED; /* one executable graph at a time for graphs with allocations */
         goto out;
@@ -556,7 +563,8 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long
     x = calloc(1, sizeof *x);
     if (!x || !(x->kfunc = calloc(nk + 1, sizeof *x->kfunc)) || !(x->kblocks = calloc(nk + 1, sizeof *x->kblocks)) ||
         !(x->kns = calloc(nk + 1, sizeof *x->kns)) ||
-        !(x->allocs = calloc(na + 1, sizeof *x->allocs)) || X_ADD(x) != 0) {
+        !(x->allocs = calloc(na + 1, sizeof *x->allocs)) || !(x->frees = calloc(nf + 1, sizeof *x->frees)) ||
+        X_ADD(x) != 0) {
         if (x)
             exec_free(x);
         x = NULL;
@@ -571,11 +579,16 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hGraph, unsigned long long
         if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
             x->allocs[x->na++] = (galloc){n->dptr, n->bytes, n->dev, 0};
     }
-    for (size_t i = 0; i < g->n; i++)
-        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
-            for (size_t a = 0; a < x->na; a++)
-                if (x->allocs[a].dptr == g->nodes[i]->dptr)
-                    x->allocs[a].freed_inside = 1;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->type != CU_GRAPH_NODE_TYPE_MEM_FREE)
+            continue;
+        int own = 0;
+        for (size_t a = 0; a < x->na; a++)
+            if (x->allocs[a].dptr == g->nodes[i]->dptr)
+                x->allocs[a].freed_inside = own = 1;
+        if (!own)
+            x->frees[x->nf++] = g->nodes[i]->dptr;
+    }
     g->execs++;
     *out = (CUgraphExec)x;
 out:
@@ -689,6 +702,13 @@ FG_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     pthread_mutex_lock(&fg_cu.mu);
     if ((r = exec_check(hGraphExec, &c, &x)) != CUDA_SUCCESS)
         goto out;
+    for (size_t f = 0; f < x->nf; f++) /* another graph's allocation must be live to be freed here */
+        if (live_find(x->frees[f]) < 0) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            goto out;
+        }
+    for (size_t f = 0; f < x->nf; f++) /* freed in stream order, before this graph allocates */
+        live_drop(live_find(x->frees[f]));
     for (size_t a = 0; a < x->na; a++) {
         long li = live_find(x->allocs[a].dptr);
         if (li < 0)
@@ -882,8 +902,8 @@ FG_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attr
     const gmem *m = &gm[device];
     uint64_t v = 0;
     switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: v = m->used; break;
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: v = m->used_high; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: v = m->reserved; break; /* mapped, as the driver reports */
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: v = m->reserved_high; break;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = m->reserved; break;
     case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: v = m->reserved_high; break;
     default: r = CUDA_ERROR_INVALID_VALUE;
@@ -908,8 +928,7 @@ FG_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attr
     pthread_mutex_lock(&fg_cu.mu);
     if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
         gm[device].used_high = gm[device].used;
-    else
-        gm[device].reserved_high = gm[device].reserved;
+    gm[device].reserved_high = gm[device].reserved; /* the reported "used" high-water mark too */
     pthread_mutex_unlock(&fg_cu.mu);
     return CUDA_SUCCESS;
 }

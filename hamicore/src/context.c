@@ -3,6 +3,7 @@
 #include "context.h"
 
 #include "limitbed/region.h"
+#include "graph.h"
 #include "memory.h"
 #include "reserve.h"
 #include "symbols.h"
@@ -18,6 +19,7 @@ static void ctx_gone(uintptr_t ctx)
     if (!ctx)
         return;
     lb_memory_ctx_gone(ctx);
+    lb_graph_ctx_gone(ctx);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_reserve_settle_all(d);
 }

@@ -3,16 +3,24 @@
  * device's graph memory pool when it is uploaded or launched (the driver's semantics), and the
  * pool keeps it reserved until cuDeviceGraphMemTrim. Charged by that reserve (reserve.c).
  *
- * At instantiation the graph's allocation nodes are summed (cuGraphGetNodes, node types, their
+ * At instantiation the graph's memory nodes are read (cuGraphGetNodes, node types, their
  * parameters): an upload or a launch is refused with CUDA_ERROR_OUT_OF_MEMORY, before the driver
- * is called, when the growth of the pool it may cause does not fit the limit. Graphs of more
- * than 1024 nodes or more than 1024 live executable graphs are not pre-checked (logged once):
- * their memory is still charged after the launch, from the driver's figure.
+ * is called, when the growth of the pool it may cause does not fit the limit. What the pool can
+ * give without growing is its reserve less the graph allocations that are live outside any graph
+ * (allocated by a graph without a free node of that graph, not yet freed): memory that a graph
+ * allocated and freed within itself stays mapped to that graph, and the real driver counts it as
+ * "used", but it is reused by the next graph. Those live allocations are followed here: added
+ * after a launch, dropped by cuMemFree/cuMemFreeAsync, by another graph's free node, or with
+ * their context. Graphs of more than 1024 nodes, more than 8 escaping allocations or more than
+ * 1024 live executable graphs are pre-checked by the driver's "used" figure (logged once); their
+ * memory is charged after each launch either way, from the driver's reserve.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "context.h"
+#include "graph.h"
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
@@ -23,15 +31,37 @@
 
 #define MAX_EXECS 1024
 #define MAX_NODES 1024
+#define MAX_ESC 8    /* escaping allocations (or foreign frees) followed per executable graph */
+#define MAX_LIVE 1024 /* escaping allocations live at once, per process */
+
+struct ptr_size {
+    CUdeviceptr p;
+    uint64_t size;
+};
 
 struct exec_rec {
     CUgraphExec x;
-    uint64_t bytes;
+    uint64_t bytes; /* all its allocation nodes */
     int dev;
+    int opaque;     /* too many memory nodes to follow: pre-checked by the driver's figure */
+    int nesc, nfree;
+    struct ptr_size esc[MAX_ESC]; /* allocated by the graph, not freed by it */
+    CUdeviceptr frees[MAX_ESC];   /* freed by the graph, allocated elsewhere */
+};
+
+struct live {
+    CUdeviceptr p;
+    uint64_t size;
+    int dev;
+    uintptr_t ctx;
 };
 
 static struct exec_rec g_execs[MAX_EXECS];
 static int g_nexecs;
+static struct live g_live[MAX_LIVE];
+static _Atomic int g_nlive; /* read without the lock by the free hooks' fast path */
+static uint64_t g_live_bytes[LB_REGION_MAX_DEVICES];
+static int g_live_lost[LB_REGION_MAX_DEVICES]; /* the table overflowed: fall back to the driver */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int g_logged;
 
@@ -39,7 +69,9 @@ static void prepare(void) { pthread_mutex_lock(&g_mu); }
 static void parent(void) { pthread_mutex_unlock(&g_mu); }
 static void child(void)
 {
-    g_nexecs = 0;
+    g_nexecs = g_nlive = 0; /* graphs do not cross a fork */
+    memset(g_live_bytes, 0, sizeof g_live_bytes);
+    memset(g_live_lost, 0, sizeof g_live_lost);
     pthread_mutex_unlock(&g_mu); /* held by the forking thread (prepare) */
 }
 static void __attribute__((constructor(101))) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
@@ -52,38 +84,146 @@ static void __attribute__((noinline, cold)) log_once(const char *what)
         LB_WARN("%s: its graph memory is charged after each launch but not checked before", what);
 }
 
-/* Sum the allocation nodes of g and remember them for x. Runs with the guard up. */
+static int has_ptr(const CUdeviceptr *v, int n, CUdeviceptr p)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == p)
+            return 1;
+    return 0;
+}
+
+/* Read the memory nodes of g and remember them for x. Runs with the guard up. */
 static void remember(CUgraphExec x, CUgraph g)
 {
     __typeof__(&cuGraphGetNodes) nodes = LB_REAL(cuGraphGetNodes);
     __typeof__(&cuGraphNodeGetType) type = LB_REAL(cuGraphNodeGetType);
-    __typeof__(&cuGraphMemAllocNodeGetParams) params = LB_REAL(cuGraphMemAllocNodeGetParams);
+    __typeof__(&cuGraphMemAllocNodeGetParams) aparams = LB_REAL(cuGraphMemAllocNodeGetParams);
+    __typeof__(&cuGraphMemFreeNodeGetParams) fparams = LB_REAL(cuGraphMemFreeNodeGetParams);
     CUgraphNode buf[MAX_NODES];
     size_t n = MAX_NODES;
-    if (!nodes || !type || !params || nodes(g, buf, &n) != CUDA_SUCCESS)
+    if (!nodes || !type || !aparams || nodes(g, buf, &n) != CUDA_SUCCESS)
         return;
     if (n > MAX_NODES) {
         log_once("a graph of more than 1024 nodes");
         return;
     }
-    uint64_t bytes = 0;
-    int dev = -1;
+    struct exec_rec e = {.x = x, .dev = -1, .opaque = !fparams};
+    struct ptr_size allocs[MAX_ESC];
+    CUdeviceptr frees[MAX_ESC];
+    int na = 0, nf = 0;
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType t;
-        CUDA_MEM_ALLOC_NODE_PARAMS p;
-        if (type(buf[i], &t) != CUDA_SUCCESS || t != CU_GRAPH_NODE_TYPE_MEM_ALLOC || params(buf[i], &p) != CUDA_SUCCESS)
+        if (type(buf[i], &t) != CUDA_SUCCESS)
             continue;
-        bytes += p.bytesize;
-        dev = p.poolProps.location.id;
+        if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            CUDA_MEM_ALLOC_NODE_PARAMS p;
+            if (aparams(buf[i], &p) != CUDA_SUCCESS)
+                continue;
+            e.bytes += p.bytesize;
+            e.dev = p.poolProps.location.id;
+            if (na < MAX_ESC)
+                allocs[na++] = (struct ptr_size){p.dptr, p.bytesize};
+            else
+                e.opaque = 1;
+        } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE && fparams) {
+            CUdeviceptr p;
+            if (fparams(buf[i], &p) != CUDA_SUCCESS)
+                continue;
+            if (nf < MAX_ESC)
+                frees[nf++] = p;
+            else
+                e.opaque = 1;
+        }
     }
-    if (!bytes || dev < 0 || dev >= LB_REGION_MAX_DEVICES)
+    for (int i = 0; i < na; i++)
+        if (!has_ptr(frees, nf, allocs[i].p))
+            e.esc[e.nesc++] = allocs[i];
+    for (int i = 0; i < nf; i++) {
+        int own = 0;
+        for (int j = 0; j < na; j++)
+            own |= allocs[j].p == frees[i];
+        if (!own)
+            e.frees[e.nfree++] = frees[i];
+    }
+    if (e.opaque)
+        log_once("a graph of more than 8 escaping allocations or foreign frees");
+    if ((!e.bytes && !e.nfree) || e.dev < -1 || e.dev >= LB_REGION_MAX_DEVICES)
         return;
     pthread_mutex_lock(&g_mu);
     if (g_nexecs < MAX_EXECS)
-        g_execs[g_nexecs++] = (struct exec_rec){x, bytes, dev};
+        g_execs[g_nexecs++] = e;
     else
         log_once("more than 1024 executable graphs with memory nodes");
     pthread_mutex_unlock(&g_mu);
+}
+
+/* Under g_mu. */
+static void live_drop_at(int i)
+{
+    g_live_bytes[g_live[i].dev] -= g_live[i].size;
+    g_live[i] = g_live[--g_nlive];
+}
+
+static int live_drop_locked(CUdeviceptr p)
+{
+    for (int i = 0; i < g_nlive; i++)
+        if (g_live[i].p == p) {
+            live_drop_at(i);
+            return 1;
+        }
+    return 0;
+}
+
+/* After a successful launch of e: its escaping allocations are live, its foreign frees done. */
+static void launched(const struct exec_rec *e)
+{
+    int dev;
+    uintptr_t ctx = lb_cur_device(&dev) == 0 ? lb_cur_ctx() : 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < e->nfree; i++)
+        (void)live_drop_locked(e->frees[i]);
+    for (int i = 0; i < e->nesc; i++) {
+        if (e->dev < 0)
+            break;
+        (void)live_drop_locked(e->esc[i].p); /* a relaunch after its free: the same address again */
+        if (g_nlive == MAX_LIVE) {
+            g_live_lost[e->dev] = 1;
+            log_once("more than 1024 live graph allocations");
+            break;
+        }
+        g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->dev, ctx};
+        g_live_bytes[e->dev] += e->esc[i].size;
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void lb_graph_ptr_freed(CUdeviceptr p)
+{
+    if (!atomic_load_explicit(&g_nlive, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&g_mu);
+    (void)live_drop_locked(p);
+    pthread_mutex_unlock(&g_mu);
+}
+
+void lb_graph_ctx_gone(uintptr_t ctx)
+{
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_nlive;)
+        if (g_live[i].ctx == ctx)
+            live_drop_at(i);
+        else
+            i++;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* Bytes of graph allocations live outside their graphs on dev; UINT64_MAX: not known. */
+static uint64_t live_bytes(const struct exec_rec *e)
+{
+    pthread_mutex_lock(&g_mu);
+    uint64_t v = e->opaque || g_live_lost[e->dev] ? UINT64_MAX : g_live_bytes[e->dev];
+    pthread_mutex_unlock(&g_mu);
+    return v;
 }
 
 static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
@@ -160,16 +300,25 @@ LB_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void
 }
 
 /* Upload and launch: refused when the pool's possible growth does not fit. */
-static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api)
+static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api, int launch)
 {
     struct exec_rec e;
     if (!enforcing() || !lookup(x, &e, 0))
         return call(x, s);
+    CUresult r;
+    if (!e.bytes || e.dev < 0) { /* only frees: nothing to check */
+        lb_guard_enter();
+        r = call(x, s);
+        lb_guard_leave();
+        if (r == CUDA_SUCCESS && launch)
+            launched(&e);
+        return r;
+    }
     if (!lb_region) {
         lb_log_no_region(api);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    uint64_t growth = lb_graph_growth(e.dev, e.bytes);
+    uint64_t growth = lb_graph_growth(e.dev, e.bytes, live_bytes(&e));
     if (!lb_region_reserve(e.dev, growth) && !(lb_reserve_settle_all(e.dev) && lb_region_reserve(e.dev, growth))) {
         LB_WARN("%s: device %d: graph memory of %llu bytes refused: the container uses %llu of its %llu-byte limit", api,
                 e.dev, (unsigned long long)e.bytes, (unsigned long long)lb_region_usage(e.dev),
@@ -177,10 +326,12 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     lb_guard_enter();
-    CUresult r = call(x, s);
+    r = call(x, s);
     lb_guard_leave();
     lb_region_release(e.dev, growth);
     lb_graph_settle(e.dev);
+    if (r == CUDA_SUCCESS && launch)
+        launched(&e);
     return r;
 }
 
@@ -188,26 +339,26 @@ LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch");
+    return run(x, s, real, "cuGraphLaunch", 1);
 }
 
 LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch");
+    return run(x, s, real, "cuGraphLaunch", 1);
 }
 
 LB_EXPORT CUresult cuGraphUpload(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload);
-    return run(x, s, real, "cuGraphUpload");
+    return run(x, s, real, "cuGraphUpload", 0);
 }
 
 LB_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload_ptsz);
-    return run(x, s, real, "cuGraphUpload");
+    return run(x, s, real, "cuGraphUpload", 0);
 }
 
 LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "graph.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"
@@ -451,8 +452,14 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     {                                                                                                               \
         REAL_OR_FAIL(w);                                                                                            \
         struct charge c;                                                                                            \
-        if ((pass) || !uncharge_begin(&c, &table, key))                                                             \
+        if (pass)                                                                                                   \
             return real args;                                                                                       \
+        if (!uncharge_begin(&c, &table, key)) {                                                                     \
+            CUresult r0 = real args;                                                                                \
+            if (r0 == CUDA_SUCCESS && &table == &g_ptrs)                                                            \
+                lb_graph_ptr_freed((CUdeviceptr)(key)); /* not ours: maybe a graph's allocation */                  \
+            return r0;                                                                                              \
+        }                                                                                                           \
         lb_guard_enter();                                                                                           \
         CUresult r = real args;                                                                                     \
         lb_guard_leave();                                                                                           \

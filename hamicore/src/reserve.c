@@ -87,10 +87,11 @@ static int graph_attr(int dev, CUgraphMem_attribute a, uint64_t *v)
     return f && f(dev, a, v) == CUDA_SUCCESS ? 0 : -1;
 }
 
-uint64_t lb_graph_growth(int dev, uint64_t bytes)
+uint64_t lb_graph_growth(int dev, uint64_t bytes, uint64_t live)
 {
-    uint64_t res, used;
-    if (graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res) || graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used))
+    uint64_t res, used = live;
+    if (graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res) ||
+        (live == UINT64_MAX && graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &used)))
         return bytes;
     uint64_t spare = res > used ? res - used : 0;
     return bytes > spare ? bytes - spare : 0;

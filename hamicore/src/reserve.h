@@ -15,8 +15,9 @@
 uint64_t lb_pool_growth(CUmemoryPool pool, uint64_t bytes);
 /* Charge the pool's reserve as the driver reports it now. */
 void lb_pool_settle(CUmemoryPool pool, int dev);
-/* The same for the device's graph memory pool. */
-uint64_t lb_graph_growth(int dev, uint64_t bytes);
+/* The same for the device's graph memory pool, `live` bytes of whose reserve are held by graph
+ * allocations in use outside their graphs (UINT64_MAX: not known, the driver's "used" is taken). */
+uint64_t lb_graph_growth(int dev, uint64_t bytes, uint64_t live);
 void lb_graph_settle(int dev);
 /* Settle every known pool of the device and its graph memory: 1 if a charge went down. */
 int lb_reserve_settle_all(int dev);

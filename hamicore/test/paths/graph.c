@@ -3,9 +3,13 @@
  *   A (captured): cuMemAllocAsync 2000 MiB, a kernel, cuMemFreeAsync — freed inside the graph
  *   B (explicit): a 1500 MiB allocation node, not freed by the graph (freed later by cuMemFree)
  *   C (explicit): a 1600 MiB allocation node
+ *   D, E, F: D allocates 1500 MiB, E (another graph) frees them, F allocates 2500 MiB
  * native:  nothing is taken at capture/instantiate; A's launch reserves 2000 MiB; B reuses it;
  *          C's launch is granted (the pool grows to 3100 MiB); trim gives everything back.
- * limited: the same, except that C's launch is refused (3100 > 3000); usage 0 at the end. */
+ * limited: the same, except that C's launch is refused (3100 > 3000); usage 0 at the end.
+ * The driver's "used" attribute is the memory mapped into graphs, not what is allocated: equal
+ * to the reserve at every step on an H200 (driver 580), frees included. A limiter that took it for
+ * the allocated bytes would refuse B, which fits in what A left reserved. */
 #include "path.h"
 
 static CUgraphExec one_alloc_graph(size_t bytes, CUdeviceptr *dptr, CUgraph *g)
@@ -25,11 +29,20 @@ static CUgraphExec one_alloc_graph(size_t bytes, CUdeviceptr *dptr, CUgraph *g)
     return x;
 }
 
-static unsigned long long graph_reserved_mib(void)
+static unsigned long long graph_attr_mib(CUgraphMem_attribute a)
 {
     cuuint64_t v = 0;
-    cuDeviceGetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+    cuDeviceGetGraphMemAttribute(0, a, &v);
     return v / MIB;
+}
+
+static unsigned long long graph_reserved_mib(void) { return graph_attr_mib(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT); }
+
+/* The pool's figures at each step, for comparing a driver with fakegpu (not asserted here). */
+static void show_pool(const char *when)
+{
+    printf("info graph pool after %s: reserved %llu MiB, used %llu MiB, free %llu MiB\n", when, graph_reserved_mib(),
+           graph_attr_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), free_mib());
 }
 
 int main(void)
@@ -56,6 +69,9 @@ int main(void)
     CU(cuGraphInstantiateWithFlags(&xa, ga, 0));
     CU(cuGraphLaunch(xa, s));
     CU(cuStreamSynchronize(s));
+    show_pool("A");
+    EXPECT(graph_attr_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == graph_reserved_mib(),
+           "after A the driver reports its freed memory as used (mapped): %llu MiB", graph_attr_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT));
     f = free_mib();
     EXPECT(graph_reserved_mib() >= 2000, "graph pool reserves %llu MiB after A", graph_reserved_mib());
     if (path_limited)
@@ -66,6 +82,8 @@ int main(void)
     xb = one_alloc_graph(1500 * MIB, &pb, &gb);
     CU(cuGraphLaunch(xb, s)); /* reuses A's reserve */
     CU(cuStreamSynchronize(s));
+    show_pool("B");
+    EXPECT(graph_reserved_mib() < 2000 + 1500, "B reused A's reserve: %llu MiB reserved", graph_reserved_mib());
     xc = one_alloc_graph(1600 * MIB, &pc, &gc);
     CUresult r = cuGraphLaunch(xc, s);
     if (path_limited) {
@@ -73,16 +91,44 @@ int main(void)
     } else {
         EXPECT(r == CUDA_SUCCESS, "C's launch granted (%d)", r);
         CU(cuStreamSynchronize(s));
+        show_pool("C");
         CU(cuMemFree(pc));
     }
     CU(cuMemFree(pb)); /* a graph allocation freed outside its graph */
+    show_pool("the frees");
+
+    /* D allocates 1500 MiB that outlive it; E, another graph, frees them. F's 2500 MiB then fit
+     * in the reserve plus the rest of the limit: a limiter that missed E's free would refuse F. */
+    CUgraph gd, ge, gf;
+    CUgraphExec xd, xe, xf;
+    CUdeviceptr pd, pf;
+    CUgraphNode fn;
+    xd = one_alloc_graph(1500 * MIB, &pd, &gd);
+    CU(cuGraphLaunch(xd, s));
+    CU(cuGraphCreate(&ge, 0));
+    CU(cuGraphAddMemFreeNode(&fn, ge, NULL, 0, pd));
+    CU(cuGraphInstantiateWithFlags(&xe, ge, 0));
+    CU(cuGraphLaunch(xe, s));
+    CU(cuStreamSynchronize(s));
+    xf = one_alloc_graph(2500 * MIB, &pf, &gf);
+    CU(cuGraphLaunch(xf, s)); /* limited: A's reserve, grown by ~500 MiB, stays within 3000 */
+    CU(cuStreamSynchronize(s));
+    show_pool("F");
+    CU(cuMemFree(pf));
     CU(cuGraphExecDestroy(xa));
     CU(cuGraphExecDestroy(xb));
     CU(cuGraphExecDestroy(xc));
+    CU(cuGraphExecDestroy(xd));
+    CU(cuGraphExecDestroy(xe));
+    CU(cuGraphExecDestroy(xf));
     CU(cuGraphDestroy(ga));
     CU(cuGraphDestroy(gb));
     CU(cuGraphDestroy(gc));
+    CU(cuGraphDestroy(gd));
+    CU(cuGraphDestroy(ge));
+    CU(cuGraphDestroy(gf));
     CU(cuCtxSynchronize());
+    show_pool("the destroys");
     CU(cuDeviceGraphMemTrim(0));
     EXPECT(graph_reserved_mib() == 0, "graph pool reserves %llu MiB after the trim", graph_reserved_mib());
     CU(cuStreamDestroy(s));

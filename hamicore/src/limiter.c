@@ -247,6 +247,12 @@ static void control(int d, struct bucket *b)
     if (next > RATE_MAX)
         next = RATE_MAX;
     atomic_store(&b->rate, next);
+    /* Once a second at the debug level: what the loop saw and did, for tuning on a real GPU. */
+    if (b->steps % WINDOW == 0)
+        LB_DEBUG("compute limit: device %d: U %d%% (target %lld.%lld), %llu milli-units/s, rate %lld, cost %lld ppm, "
+                 "deficit %lld cs",
+                 d, u, (long long)te, (long long)(te * 10) % 10, (unsigned long long)units, (long long)next,
+                 (long long)(b->cost * 1e6), (long long)(b->deficit * 100));
 }
 
 static void *watcher(void *arg)

@@ -13,12 +13,29 @@
 # library; then the compute limit: limitbed bench compute --real (uniform, shape mix, graph replay
 # at 30/60 % force, default alone) and, when torch is importable, PyTorch eager and CUDA-graph
 # GEMMs at 30/60 %. One line per check; exits 1 on any mismatch.
+#
+#   scripts/gpu-check.sh [SECTION...]   default: every section, in this order:
+#     memory      limits through the environment and through a login session, nvidia-smi, regiondump
+#     paths       hamicore/test/paths natively, in an env session and in a login session
+#     frameworks  PyTorch's VMM, graph and stream-ordered allocators (where torch is installed)
+#     legacy      the HAMi-core v2.10 profile (the upstream login-session escape)
+#     overhead    native and library runs interleaved: alloc+free pairs, empty launches, init
+#     compute     the spin kernel, then limitbed bench compute --real
+#     torch       PyTorch eager and CUDA-graph GEMMs at 30/60 % force
+# A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
+all_sections="memory paths frameworks legacy overhead compute torch"
+sections=${*:-$all_sections}
+for sec in $sections; do
+	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
+done
+want() { grep -qw -- "$1" <<<"$sections"; }
+bench_s=${BENCH_SECONDS:-15} # compute and torch runs
 set -e
 make -s -C hamicore OUT="$out" >/dev/null
 # regiondump is Go; a GPU machine without Go gets it built elsewhere (static) as $out/bin/regiondump.
@@ -72,6 +89,7 @@ in_container() {
 		--bind "$cache" --bind /usr/local/nvidia --bind "$root" -- /usr/bin/env -i "$@"
 }
 
+if want memory; then
 echo "== native (no library)"
 check "native cudaprobe 4096" granted "$("$bin/cudaprobe" --mib 4096 2>&1)"
 
@@ -93,7 +111,9 @@ done
 check "login cudart cudaMalloc 4096" refused "$(in_container "$lib" "$bin/cudart_probe" alloc 4096 2>&1)"
 check "login nvidia-smi total" '3000MiB' "$(in_container "$lib" /usr/bin/nvidia-smi 2>&1)"
 check "login joined the pod's usage.cache" '"pid"' "$("$out/bin/regiondump" "$cache/usage.cache" 2>&1)"
+fi
 
+if want paths; then
 echo "== allocation paths (hamicore/test/paths): natively, env session, login session"
 # Each program prints "PASS <name> (<mode>)"; 77 = cannot run here (device order needs 2 GPUs).
 paths() { # MODE RUNNER...
@@ -117,12 +137,15 @@ paths() { # MODE RUNNER...
 			continue
 		fi
 		check "$mode path-$p" "PASS " "$(grep -E '^(FAIL|PASS) ' <<<"$got" | tr '\n' ' ')"
+		grep '^info ' <<<"$got" | sed "s/^/     $mode path-$p: /" # the driver's figures, for fakegpu
 	done
 }
 paths native env
 paths env env LD_PRELOAD="$lib" "${envlimit[@]}"
 paths login in_container "$lib" PATH_LOGIN=1
+fi
 
+if want frameworks; then
 echo "== real frameworks (only where PyTorch is installed)"
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 	torch_vmm='import torch
@@ -133,12 +156,12 @@ except torch.cuda.OutOfMemoryError:
     print("refused OutOfMemoryError")'
 	check "env torch expandable segments 8 GiB" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
 		PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 -c "$torch_vmm" 2>&1 | sed 's/refused OutOfMemoryError/"error":"OUT_OF_MEMORY"/')"
-	torch_graph='import torch
+	torch_graph='import os, torch
 s = torch.cuda.Stream()
 g = torch.cuda.CUDAGraph()
 try:
     with torch.cuda.graph(g, stream=s):
-        x = torch.empty(4096 << 20, dtype=torch.uint8, device="cuda")
+        x = torch.empty(int(os.environ.get("GRAPH_MIB", "4096")) << 20, dtype=torch.uint8, device="cuda")
     g.replay()
     print("granted")
 except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
@@ -146,20 +169,39 @@ except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
 	check "env torch 4 GiB inside a captured graph" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
 		python3 -c "$torch_graph" 2>&1 | sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
 	# The stream-ordered allocator: inside capture the allocation is a graph memory node.
-	check "env torch cudaMallocAsync 4 GiB inside a captured graph" refused "$(env LD_PRELOAD="$lib" "${envlimit[@]}" \
-		PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -c "$torch_graph" 2>&1 |
-		sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
+	got=$(env LD_PRELOAD="$lib" "${envlimit[@]}" PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
+		python3 -c "$torch_graph" 2>&1; echo "exit $?")
+	check "env torch cudaMallocAsync 4 GiB inside a captured graph" refused "$(sed 's/^refused .*/"error":"OUT_OF_MEMORY"/' <<<"$got")"
+	grep -q '^refused' <<<"$got" || tail -n 25 <<<"$got" | sed 's/^/     /'
+	# What the same program does natively when the graph's memory is not there: ask for more than
+	# the device has (the driver's own out-of-memory at the graph's launch).
+	dev_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+	got=$(env GRAPH_MIB=$((dev_mib + 16384)) PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
+		python3 -c "$torch_graph" 2>&1; echo "exit $?")
+	echo "info native torch cudaMallocAsync $((dev_mib + 16384)) MiB inside a captured graph (more than the device):"
+	tail -n 25 <<<"$got" | sed 's/^/     /'
 else
 	echo "SKIP real frameworks: python3 -c 'import torch' with CUDA is not available"
 fi
+fi
 
+if want legacy; then
 echo "== legacy: the same with the HAMi-core v2.10 profile (the upstream bug)"
 check "legacy login cudaprobe 4096" granted "$(in_container "$legacy" "$bin/cudaprobe" --mib 4096 2>&1)"
 check "legacy login cudart cudaMalloc 4096" granted "$(in_container "$legacy" "$bin/cudart_probe" alloc 4096 2>&1)"
 
-echo "== overhead: medians of 2000 cudaMalloc+cudaFree (1 MiB) and empty launches; init = cudaFree(0)"
-for i in 1 2 3; do echo "native  $("$bin/cudart_probe" bench 2000 2>&1)"; done
-for i in 1 2 3; do echo "library $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" bench 2000 2>&1)"; done
+fi
+
+if want overhead; then
+# Interleaved, so that a drift of the machine (clocks, other tenants) hits both sides alike.
+echo "== overhead: medians of 2000 cudaMalloc+cudaFree (1 MiB) and empty launches; init = cudaFree(0); native and library interleaved"
+for i in 1 2 3 4 5; do
+	echo "native  $("$bin/cudart_probe" bench 2000 2>&1)"
+	echo "library $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" bench 2000 2>&1)"
+done
+fi
+
+if want compute; then
 echo "== compute limit: CUDA_DEVICE_SM_LIMIT=30, GPU_CORE_UTILIZATION_POLICY=force; ~1 ms kernels on all SMs"
 spin_s=${SPIN_SECONDS:-10}
 free_run=$("$bin/cudart_probe" spin "$spin_s" 2>&1)
@@ -179,7 +221,6 @@ check "compute limit 30% achieved ratio" "within-0.20-0.40" "ratio $ratio $(awk 
 # a BLAS-like shape mix, the mix as a replayed graph) unlimited and at 30 and 60 % force, and the
 # default policy alone with the node monitor's decision running: every 10 s window after 2 s
 # within the limit +- 0.02, default alone >= 0.95 of unlimited.
-bench_s=${BENCH_SECONDS:-15}
 echo "== compute limit per workload and policy: limitbed bench compute --real (${bench_s} s runs)"
 # Without Go here, a limitbed binary built elsewhere as $out/bin/limitbed runs it.
 limitbed_cli=()
@@ -197,6 +238,9 @@ else
 	echo "SKIP bench compute: no Go toolchain and no $out/bin/limitbed on this machine (go build -o $out/bin/limitbed ./harness/cmd/limitbed elsewhere)"
 fi
 
+fi
+
+if want torch; then
 # The same with a real BLAS: PyTorch bf16 4096^2 GEMMs, eager and replayed from a CUDA graph.
 echo "== compute limit under PyTorch (eager GEMMs, CUDA-graph replay), ${bench_s} s runs"
 if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -215,6 +259,7 @@ if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 	done
 else
 	echo "SKIP PyTorch compute checks: python3 cannot import torch with CUDA here"
+fi
 fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"

@@ -21,6 +21,7 @@ export LIMITBED_E2E=1
 export LIMITBED_E2E_ARTIFACTS=${LIMITBED_E2E_ARTIFACTS:-$PWD/build/e2e-logs}
 start=$SECONDS
 rc=0
-go test -tags kind -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" ./harness/e2e/ || rc=$?
+# -race, like make test: its vet (scripts/test-go.sh) compiled this tree with the kind tag already.
+go test -race -tags kind -count=1 -v -timeout 40m -run "${E2E_RUN:-.}" ./harness/e2e/ || rc=$?
 echo "e2e: finished in $((SECONDS - start))s (exit $rc)" >&2
 exit "$rc"

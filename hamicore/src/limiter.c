@@ -50,6 +50,7 @@
 #define RATE_MAX (1000000000LL * MILLI)
 #define TAU_S 2.0           /* time constant of the integral term */
 #define COST_GAIN 0.2       /* smoothing of the measured cost of a unit, per step */
+#define RAMP_COST_GAIN 0.5  /* the same during the first 2 s, when the start's readings are stale */
 #define INTEGRAL_AFTER (2 * WINDOW) /* control steps before the integral starts */
 #define INTEGRAL_SHARE 0.25 /* the integral moves the target by at most a quarter of T */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
@@ -158,8 +159,12 @@ static int container_util(int d, uint64_t launched_in_window)
                         break;
                     }
             /* Work was launched but no sample is ours: the pids cannot be matched (a PID
-             * namespace without host pids). Fall back to the whole device: never over the limit,
-             * at worst under it when other tenants are busy. */
+             * namespace without host pids), or our share is below what NVML samples (an H200
+             * gives no sample to a process that barely ran beside a busy one). Fall back to the
+             * whole device: never over the limit, at worst under it when other tenants are busy.
+             * (Taking "no sample" for 0 instead was tried on an H200 with a 30 % and a 50 %
+             * container: per-process samples under time-slicing come once a second in 20 %
+             * steps and do not follow the shares, and the 30 % container ran at 0.68.) */
             if (found || launched_in_window == 0)
                 return sum > 100 ? 100 : (int)sum;
         }
@@ -190,10 +195,15 @@ static void control(int d, struct bucket *b)
     if (u < 0)
         return; /* no reading: keep the rate */
     double t = b->limit;
+    /* NVML's utilisation is a whole percent: a reading of 1 may stand for 0.1 % or 1.4 %, so the
+     * cost of a unit taken from a reading that small can be off by ten times (on an H200 the
+     * first readings of a starting process made the loop cut its rate and ramp for 4 s instead
+     * of 2). Below u_min a reading only says "too little to show yet". */
+    int u_min = b->limit >= 6 ? 3 : 1;
     if (switched_off()) {
         /* Only measure: the cost of a unit, and the rate that would hold T with it. The
          * throttled episode's ramp and integral start when the switch comes on. */
-        if (u > 0 && units > 0) {
+        if (u >= u_min && units > 0) {
             double c = (double)u / (double)units;
             b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
             int64_t next = (int64_t)(t / b->cost);
@@ -223,18 +233,25 @@ static void control(int d, struct bucket *b)
     /* Up by at most x2 per step while ramping (the first window), x1.5 afterwards: work that has
      * not shown in U yet (queued behind other processes') must not make the rate run away. */
     double up = b->steps <= WINDOW ? 2 : 1.5;
-    if (u == 0 || units == 0) {
-        if (units > 0)
-            next = (int64_t)((double)rate * up); /* ran, but too little to show yet */
+    if (u < u_min || units == 0) {
+        if (units > 0 && (hungry || u == 0))
+            next = (int64_t)((double)rate * up); /* held back, but too little to show yet */
     } else {
         /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
          * kernels varies, the cost of the workload much less. */
         double c = (double)u / (double)units;
-        b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+        int ramp = b->steps <= INTEGRAL_AFTER;
+        b->cost = b->cost > 0 ? b->cost + (ramp ? RAMP_COST_GAIN : COST_GAIN) * (c - b->cost) : c;
         /* Down at once on the dearer of the two estimates (near saturation a late reading
          * means queued work: never wait for it), up half-way and bounded. The integral removes
-         * the bias this asymmetry leaves. */
-        double target = te / (c > b->cost ? c : b->cost);
+         * the bias this asymmetry leaves. During the ramp an upward step follows the latest
+         * reading: the smoothed cost still remembers the first, coarse readings of the start
+         * and would hold the rate low for a second or more (H200: a kernel mix took 4-5 s to
+         * reach a 30 % limit). */
+        double dear = c > b->cost ? c : b->cost;
+        double target = te / dear;
+        if (ramp && hungry && te / c > (double)rate)
+            target = te / c;
         if (target < (double)rate) {
             next = (int64_t)target;
         } else {
@@ -360,9 +377,10 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
         atomic_fetch_add(&b->launched, (uint64_t)cost);
         return;
     }
-    if (atomic_load(&b->tokens) <= 0)
-        atomic_store(&b->hungry, 1);
     while (atomic_load(&b->tokens) <= 0) {
+        /* "Held back" for every control step this wait spans, not only the first: a launch
+         * that overdrew the bucket may wait several steps. */
+        atomic_store_explicit(&b->hungry, 1, memory_order_relaxed);
         /* Re-checked while waiting: the watcher may have left idle just before we came. */
         if (!ensure_watcher())
             return; /* no refills will come: not limited rather than blocked forever */

@@ -111,7 +111,7 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
 }
 
 /* One sample per process that kept the engine busy during the window: smUtil is its share of
- * the window in percent. Not supported in MIG mode, as on a real GPU. */
+ * the window in percent (none when that rounds to 0). Not supported in MIG mode, as on a real GPU. */
 FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                                        unsigned int *processSamplesCount,
                                                        unsigned long long lastSeenTimeStamp) {
@@ -146,6 +146,13 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
         }
     }
     fg_state_unlock(&fg_nv.st);
+    /* A process whose share rounds to 0 % gets no sample: an H200 lists no sample for a process
+     * that barely ran beside a busy one (a limiter must not take that for "pids not matched"). */
+    unsigned kept = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (util[i] > 0)
+            pids[kept] = pids[i], util[kept++] = util[i];
+    n = kept;
     if (stamp <= lastSeenTimeStamp)
         n = 0;
     if (n == 0)

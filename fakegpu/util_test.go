@@ -2,6 +2,7 @@ package fakegpu_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,4 +36,83 @@ func TestLaunchLoadRaisesUtilisation(t *testing.T) {
 		u := h.info().Devices[0].Util
 		return u != nil && *u == 0, fmt.Sprint(*u)
 	})
+}
+
+// FAKEGPU_NVML_SAMPLES=periodic gives per-process samples as an H200 does: none before a process
+// has been busy a whole window, then one per window, in steps of 20 % while two processes share
+// the engine (the time-slicing the H200 showed). The default stays exact.
+func TestPeriodicProcessSamples(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=500", "FAKEGPU_NVML_SAMPLES=periodic")
+	var done []chan error
+	for i := 0; i < 2; i++ { // 2 × 2 s of work on one engine: both busy for ~4 s
+		c := h.cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan error, 1)
+		go func() { ch <- c.Wait() }()
+		done = append(done, ch)
+	}
+	eventually(t, 3*time.Second, "both processes listed", func() (bool, string) {
+		d := h.info().Devices[0]
+		return len(d.Processes) == 2, fmt.Sprintf("%+v", d.Processes)
+	})
+	// Listed at once, but sampled only after a whole window of work.
+	if d := h.info().Devices[0]; len(d.Processes) == 2 && d.Processes[0].SMUtil != nil && d.Processes[1].SMUtil != nil {
+		t.Logf("both sampled already (the first window may have passed): %v %v", *d.Processes[0].SMUtil, *d.Processes[1].SMUtil)
+	}
+	// Five readings in a row (exact shares of two equal processes hover at 50 %, which is no step).
+	var seen []string
+	eventually(t, 3*time.Second, "both sampled in 20 % steps, summing to about the whole engine, 5 times in a row", func() (bool, string) {
+		d := h.info().Devices[0]
+		if len(d.Processes) != 2 || d.Processes[0].SMUtil == nil || d.Processes[1].SMUtil == nil {
+			seen = nil
+			return false, fmt.Sprintf("%+v", d.Processes)
+		}
+		a, b := *d.Processes[0].SMUtil, *d.Processes[1].SMUtil
+		if a%20 != 0 || b%20 != 0 || a+b < 80 || a+b > 120 {
+			seen = nil
+			return false, fmt.Sprintf("%d%% and %d%%", a, b)
+		}
+		seen = append(seen, fmt.Sprintf("%d/%d", a, b))
+		time.Sleep(50 * time.Millisecond)
+		return len(seen) >= 5, fmt.Sprint(seen)
+	})
+	for _, ch := range done {
+		if err := <-ch; err != nil {
+			t.Fatalf("cudaprobe: %v", err)
+		}
+	}
+}
+
+// A process that has not been busy a whole window has no periodic sample yet.
+func TestPeriodicProcessSamplesNeedAWholeWindow(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=2000", "FAKEGPU_NVML_SAMPLES=periodic")
+	c := h.cmd("cudaprobe", "--launch", "100", "--hold", "0.2")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Wait() }()
+	eventually(t, 3*time.Second, "the process listed", func() (bool, string) {
+		d := h.info().Devices[0]
+		return len(d.Processes) == 1, fmt.Sprintf("%+v", d.Processes)
+	})
+	// 1 s of 10 ms kernels, a 2 s window: never busy a whole window, so never sampled.
+	for i := 0; i < 5; i++ {
+		if d := h.info().Devices[0]; len(d.Processes) == 1 && d.Processes[0].SMUtil != nil {
+			t.Fatalf("sampled after %d checks: %d%%, want no sample before a whole window", i, *d.Processes[0].SMUtil)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+}
+
+func TestSamplesModeIsChecked(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q", "FAKEGPU_NVML_SAMPLES=sometimes")
+	out, err := h.cmd("gpuinfo").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAKEGPU_NVML_SAMPLES") || !strings.Contains(string(out), "periodic") {
+		t.Fatalf("gpuinfo with FAKEGPU_NVML_SAMPLES=sometimes: err %v, output %s; want an error naming the variable and its values", err, out)
+	}
 }

@@ -76,6 +76,12 @@ int fg_config_load(fg_config *c) {
     if (env_u64("FAKEGPU_UTIL_WINDOW_MS", &ms, err, sizeof err) < 0)
         goto bad;
     c->util_window_ns = (ms ? ms : 1) * 1000000ULL;
+    const char *smp = getenv("FAKEGPU_NVML_SAMPLES");
+    if (smp && *smp && strcmp(smp, "exact") && strcmp(smp, "periodic")) {
+        snprintf(err, sizeof err, "FAKEGPU_NVML_SAMPLES=\"%s\": want exact (the default) or periodic", smp);
+        goto bad;
+    }
+    c->periodic_samples = smp && !strcmp(smp, "periodic");
     c->identity = fg_profile_identity(p);
     char dir[400];
     state_dir(dir, sizeof dir);

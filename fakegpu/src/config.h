@@ -24,6 +24,7 @@ typedef struct fg_config {
     fg_faults faults;
     uint64_t launch_ns, block_ns;
     uint64_t util_window_ns;
+    int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
     char state_path[600];
     uint64_t identity;
 } fg_config;

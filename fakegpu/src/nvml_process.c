@@ -110,6 +110,31 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
     return processes(device, infoCount, infos, 1);
 }
 
+/* FAKEGPU_NVML_SAMPLES=periodic: what an H200 (driver 580) gave, read every 0.5 s while two
+ * processes shared it (docs/benchmarks.md): one sample per process per window, ending at a time
+ * of its own (staggered by pid), none before the process has been busy a whole window, and under
+ * time-slicing — another process busy in the same window — in steps of 20 %. The sample is the
+ * last window that ended by `now`. 0: a sample, -1: none. Under the state lock. */
+static int periodic_sample(const fg_unit *u, unsigned unit, int32_t pid, uint64_t now, uint64_t window, uint64_t *end,
+                           unsigned *v)
+{
+    uint64_t phase = ((uint64_t)(uint32_t)pid * 2654435761ULL) % window, first = UINT64_MAX;
+    if (now < phase + window)
+        return -1;
+    *end = now - (now - phase) % window;
+    for (uint32_t i = 0; i < u->count; i++)
+        if (u->ring[i].pid == pid && u->ring[i].start < first)
+            first = u->ring[i].start;
+    if (first == UINT64_MAX || first + window > *end)
+        return -1; /* not busy for a whole window yet (as far as the ring remembers) */
+    unsigned own = fg_state_util(&fg_nv.st, unit, pid, *end, window);
+    unsigned all = fg_state_util(&fg_nv.st, unit, 0, *end, window);
+    if (all > own) /* time-sliced with another process */
+        own = (own + 10) / 20 * 20;
+    *v = own > 100 ? 100 : own;
+    return 0;
+}
+
 /* One sample per process that kept the engine busy during the window: smUtil is its share of
  * the window in percent (none when that rounds to 0). Not supported in MIG mode, as on a real GPU. */
 FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
@@ -134,27 +159,35 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
         return NVML_ERROR_UNKNOWN;
     uint64_t now = fg_now_ns(), window = fg_nv.cfg.util_window_ns;
     const fg_unit *u = &fg_nv.st.sh->unit[dv->unit];
+    int periodic = fg_nv.cfg.periodic_samples;
+    unsigned long long stamps[MAX_ROWS];
     for (uint32_t i = 0; i < u->count && n < MAX_ROWS; i++) {
         const fg_busy *b = &u->ring[i];
-        if (b->end + window <= now || b->start >= now)
+        if (b->end + (periodic ? 2 * window : window) <= now || b->start >= now)
             continue;
         unsigned k = 0;
         while (k < n && pids[k] != b->pid) k++;
-        if (k == n) {
-            pids[n] = b->pid;
+        if (k < n)
+            continue;
+        if (!periodic) {
+            pids[n] = b->pid, stamps[n] = stamp;
             util[n++] = fg_state_util(&fg_nv.st, dv->unit, b->pid, now, window);
+            continue;
         }
+        uint64_t end;
+        unsigned v;
+        if (periodic_sample(u, dv->unit, b->pid, now, window, &end, &v) == 0)
+            pids[n] = b->pid, util[n] = v, stamps[n++] = stamp - (now - end) / 1000;
     }
     fg_state_unlock(&fg_nv.st);
     /* A process whose share rounds to 0 % gets no sample: an H200 lists no sample for a process
-     * that barely ran beside a busy one (a limiter must not take that for "pids not matched"). */
+     * that barely ran beside a busy one (a limiter must not take that for "pids not matched").
+     * Nor does a sample at or before lastSeenTimeStamp. */
     unsigned kept = 0;
     for (unsigned i = 0; i < n; i++)
-        if (util[i] > 0)
-            pids[kept] = pids[i], util[kept++] = util[i];
+        if (util[i] > 0 && stamps[i] > lastSeenTimeStamp)
+            pids[kept] = pids[i], util[kept] = util[i], stamps[kept++] = stamps[i];
     n = kept;
-    if (stamp <= lastSeenTimeStamp)
-        n = 0;
     if (n == 0)
         return NVML_ERROR_NOT_FOUND;
     unsigned room = *processSamplesCount;
@@ -162,6 +195,6 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
     if (!utilization || room < n)
         return NVML_ERROR_INSUFFICIENT_SIZE;
     for (unsigned i = 0; i < n; i++)
-        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamp, util[i], 0, 0, 0};
+        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamps[i], util[i], 0, 0, 0};
     return NVML_SUCCESS;
 }

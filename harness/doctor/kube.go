@@ -1,26 +1,20 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
-	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/limitbed/limitbed/harness/podexec"
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
-// APICluster is a Cluster reached through an API server: exec as kubectl exec does, the pod
-// proxy for /metrics. (harness/kindcluster's PodContainer does the same for the kind tier; it is
-// not reused here so that the CLI does not link the kind and Helm libraries for it.)
+// APICluster is a Cluster reached through an API server: exec as kubectl exec does (harness/podexec,
+// shared with the kind tier), the pod proxy for /metrics.
 type APICluster struct {
 	kube kubernetes.Interface
 	rest *rest.Config
@@ -69,42 +63,7 @@ type podContainer struct {
 }
 
 func (p *podContainer) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
-	argv := cmd
-	if len(opts.Env) > 0 {
-		keys := make([]string, 0, len(opts.Env))
-		for k := range opts.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		pre := []string{"env"}
-		for _, k := range keys {
-			pre = append(pre, k+"="+opts.Env[k])
-		}
-		argv = append(pre, argv...)
-	}
-	if opts.User != "" {
-		argv = append([]string{"runuser", "-u", opts.User, "--"}, argv...)
-	}
-	req := p.a.kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.ns).Name(p.pod).
-		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
-		Container: p.ctr, Command: argv, Stdin: opts.Stdin != nil, Stdout: true, Stderr: true,
-	}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(p.a.rest, "POST", req.URL())
-	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec in %s: %w", p, err)
-	}
-	var out, errb bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: &out, Stderr: &errb})
-	res := sandbox.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee utilexec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.ExitCode = ee.ExitStatus()
-	default:
-		return res, fmt.Errorf("exec %v in %s: %w", cmd, p, err)
-	}
-	return res, nil
+	return podexec.Target{Kube: p.a.kube, REST: p.a.rest, Namespace: p.ns, Pod: p.pod, Container: p.ctr}.Exec(ctx, cmd, opts)
 }
 
 func (p *podContainer) ReadFile(ctx context.Context, path string) ([]byte, error) {

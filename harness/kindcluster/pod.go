@@ -1,21 +1,16 @@
 package kindcluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/remotecommand"
-	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/limitbed/limitbed/harness/podexec"
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
@@ -42,42 +37,7 @@ func (c *Cluster) PodContainer(ctx context.Context, ns, name, container string) 
 // Exec runs cmd like kubectl exec: the container's environment plus opts.Env (through env(1)),
 // as opts.User through runuser(1) when set (the API has no user field).
 func (p *PodContainer) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
-	argv := cmd
-	if len(opts.Env) > 0 {
-		keys := make([]string, 0, len(opts.Env))
-		for k := range opts.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		pre := []string{"env"}
-		for _, k := range keys {
-			pre = append(pre, k+"="+opts.Env[k])
-		}
-		argv = append(pre, argv...)
-	}
-	if opts.User != "" {
-		argv = append([]string{"runuser", "-u", opts.User, "--"}, argv...)
-	}
-	req := p.c.Kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).
-		SubResource("exec").VersionedParams(&corev1.PodExecOptions{
-		Container: p.Container, Command: argv, Stdin: opts.Stdin != nil, Stdout: true, Stderr: true,
-	}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(p.c.REST, "POST", req.URL())
-	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec in %s: %w", p, err)
-	}
-	var out, errb bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: &out, Stderr: &errb})
-	res := sandbox.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
-	var ee utilexec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.ExitCode = ee.ExitStatus()
-	default:
-		return res, fmt.Errorf("exec %v in %s: %w", cmd, p, err)
-	}
-	return res, nil
+	return podexec.Target{Kube: p.c.Kube, REST: p.c.REST, Namespace: p.Namespace, Pod: p.Name, Container: p.Container}.Exec(ctx, cmd, opts)
 }
 
 // ReadFile returns a file's content from inside the container.

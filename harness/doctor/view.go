@@ -110,18 +110,28 @@ func (r *podRun) compareView(name, session string, out []byte, code int) Check {
 	return pass(name, fmt.Sprintf("the %s session sees %s, the limit", session, strings.Join(seen, ", ")))
 }
 
-// checkExecView: what a process started through the runtime (kubectl exec) sees.
-func (r *podRun) checkExecView(ctx context.Context) Check {
-	const name = "exec-view"
+// viewTool is the start both views share: the container is usable and has a tool that prints
+// what a process sees; !ok with the check to report otherwise.
+func (r *podRun) viewTool(ctx context.Context, name string) (string, Check, bool) {
 	if c, skip := r.skipped(name); skip {
-		return c
+		return "", c, false
 	}
 	if err := r.open(ctx); err != nil {
-		return fail(name, err.Error(), "", "")
+		return "", fail(name, err.Error(), "", ""), false
 	}
 	cmd, err := gpuTool(ctx, r.c, r.d.GPUTool)
 	if err != nil {
-		return warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see")
+		return "", warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see"), false
+	}
+	return cmd, Check{}, true
+}
+
+// checkExecView: what a process started through the runtime (kubectl exec) sees.
+func (r *podRun) checkExecView(ctx context.Context) Check {
+	const name = "exec-view"
+	cmd, c, ok := r.viewTool(ctx, name)
+	if !ok {
+		return c
 	}
 	res, err := r.c.Exec(ctx, []string{"sh", "-c", cmd}, sandbox.ExecOptions{})
 	if err != nil {
@@ -133,15 +143,9 @@ func (r *podRun) checkExecView(ctx context.Context) Check {
 // checkLoginView: what a process started from a login session (su -, as ssh gives) sees.
 func (r *podRun) checkLoginView(ctx context.Context) Check {
 	const name = "login-view"
-	if c, skip := r.skipped(name); skip {
+	cmd, c, ok := r.viewTool(ctx, name)
+	if !ok {
 		return c
-	}
-	if err := r.open(ctx); err != nil {
-		return fail(name, err.Error(), "", "")
-	}
-	cmd, err := gpuTool(ctx, r.c, r.d.GPUTool)
-	if err != nil {
-		return warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see")
 	}
 	res, err := r.d.login()(ctx, r.c, cmd)
 	if errors.Is(err, sandbox.ErrUnsupported) {

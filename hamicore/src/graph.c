@@ -177,6 +177,8 @@ static int live_drop_locked(CUdeviceptr p)
 /* After a successful launch of e: its escaping allocations are live, its foreign frees done. */
 static void launched(const struct exec_rec *e)
 {
+    if (!e->nfree && !e->nesc)
+        return; /* the common captured graph: allocates and frees within itself */
     int dev;
     uintptr_t ctx = lb_cur_device(&dev) == 0 ? lb_cur_ctx() : 0;
     pthread_mutex_lock(&g_mu);

@@ -11,9 +11,11 @@
  * allocated and freed within itself stays mapped to that graph, and the real driver counts it as
  * "used", but it is reused by the next graph. Those live allocations are followed here: added
  * after a launch, dropped by cuMemFree/cuMemFreeAsync, by another graph's free node, or with
- * their context. Graphs of more than 1024 nodes, more than 8 escaping allocations or more than
- * 1024 live executable graphs are pre-checked by the driver's "used" figure (logged once); their
- * memory is charged after each launch either way, from the driver's reserve.
+ * their context. A graph of more than 8 memory nodes of one kind to follow, or launched while
+ * 1024 such allocations are live, is pre-checked by the driver's "used" figure instead (refused
+ * early rather than late); graphs of more than 1024 nodes, or beyond 1024 executable graphs with
+ * memory nodes, are not pre-checked (logged once). Their memory is charged after each launch
+ * either way, from the driver's reserve.
  */
 #include <pthread.h>
 #include <stdatomic.h>

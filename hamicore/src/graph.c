@@ -148,7 +148,7 @@ static void remember(CUgraphExec x, CUgraph g)
             e.frees[e.nfree++] = frees[i];
     }
     if (e.opaque)
-        log_once("a graph of more than 8 escaping allocations or foreign frees");
+        log_once("a graph of more than 8 allocation or free nodes");
     if ((!e.bytes && !e.nfree) || e.dev < -1 || e.dev >= LB_REGION_MAX_DEVICES)
         return;
     pthread_mutex_lock(&g_mu);

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -43,14 +42,8 @@ func doctorMain(ctx context.Context, env *cliEnv, args []string, connect doctorC
 		fmt.Fprintln(env.stderr, "\nThe checks and what each verdict means: docs/operator-guide.md (Troubleshooting).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{2, err}
-	}
-	if fs.NArg() > 0 {
-		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	if help, err := parseArgs(fs, args); help || err != nil {
+		return err
 	}
 	live := *pod != "" || *node != ""
 	switch {

@@ -30,14 +30,8 @@ func runE2E(ctx context.Context, env *cliEnv, args []string) error {
 	run := fs.String("run", "", "go test -run filter for the scenarios (E2E_RUN)")
 	keep := fs.Bool("keep", false, "keep the cluster afterwards (LIMITBED_E2E_KEEP=1)")
 	cluster := fs.String("cluster", "", "kind cluster name (LIMITBED_E2E_CLUSTER, default limitbed-e2e)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{2, err}
-	}
-	if fs.NArg() > 0 {
-		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	if help, err := parseArgs(fs, args); help || err != nil {
+		return err
 	}
 	root, err := sandbox.RepoRoot()
 	if err != nil {

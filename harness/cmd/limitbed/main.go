@@ -10,6 +10,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -100,4 +102,19 @@ type tcLogger struct{ l *slog.Logger }
 
 func (t tcLogger) Printf(format string, args ...any) {
 	t.l.Debug(strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// parseArgs parses a subcommand's flags, which take no positional arguments: help is true after
+// -h (the usage is printed, exit 0); a bad flag or an argument is an exit-2 error.
+func parseArgs(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, &exitError{2, err}
+	}
+	if fs.NArg() > 0 {
+		return false, &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	return false, nil
 }

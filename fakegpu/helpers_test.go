@@ -43,6 +43,7 @@ type info struct {
 		Used  int    `json:"memory_used_mib"`
 		Total int    `json:"memory_total_mib"`
 		Util  *int   `json:"utilization_gpu"`
+		Clock *int   `json:"sm_clock_mhz"`
 		Error string `json:"error"`
 		MIG   []struct {
 			UUID  string `json:"uuid"`

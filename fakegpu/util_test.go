@@ -116,3 +116,36 @@ func TestSamplesModeIsChecked(t *testing.T) {
 		t.Fatalf("gpuinfo with FAKEGPU_NVML_SAMPLES=sometimes: err %v, output %s; want an error naming the variable and its values", err, out)
 	}
 }
+
+// FAKEGPU_POWER_BOOST models a power-capped GPU: the SM clock is the full-load clock times the
+// boost while the device idles, and falls back to it under full load (kernels speed up alike).
+func TestPowerBoostFollowsLoad(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_POWER_BOOST=125")
+	if c := h.info().Devices[0].Clock; c == nil || *c != 1875 {
+		t.Fatalf("idle SM clock %v, want 1875 MHz (1500 x 1.25)", c)
+	}
+	c := h.cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Wait() }()
+	eventually(t, 3*time.Second, "SM clock at the full-load 1500 MHz under load", func() (bool, string) {
+		d := h.info().Devices[0]
+		return d.Clock != nil && *d.Clock == 1500, fmt.Sprint(*d.Clock)
+	})
+	if c := newHost(t, "a16-16q").info().Devices[0].Clock; c == nil || *c != 1500 {
+		t.Fatalf("SM clock without FAKEGPU_POWER_BOOST %v, want 1500 MHz", c)
+	}
+}
+
+func TestPowerBoostIsChecked(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"99", "401", "1.25", "fast"} {
+		h := newHost(t, "a16-16q", "FAKEGPU_POWER_BOOST="+v)
+		out, err := h.cmd("gpuinfo").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "FAKEGPU_POWER_BOOST") {
+			t.Errorf("gpuinfo with FAKEGPU_POWER_BOOST=%s: err %v, output %s; want an error naming the variable", v, err, out)
+		}
+	}
+}

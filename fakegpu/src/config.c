@@ -82,6 +82,14 @@ int fg_config_load(fg_config *c) {
         goto bad;
     }
     c->periodic_samples = smp && !strcmp(smp, "periodic");
+    c->power_boost = 100;
+    if (env_u64("FAKEGPU_POWER_BOOST", &c->power_boost, err, sizeof err) < 0)
+        goto bad;
+    if (c->power_boost < 100 || c->power_boost > 400) {
+        snprintf(err, sizeof err, "FAKEGPU_POWER_BOOST=%llu: want a percentage from 100 (no boost) to 400",
+                 (unsigned long long)c->power_boost);
+        goto bad;
+    }
     c->identity = fg_profile_identity(p);
     char dir[400];
     state_dir(dir, sizeof dir);

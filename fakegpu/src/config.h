@@ -6,6 +6,9 @@
  *   FAKEGPU_STATE_DIR    where the shared state file lives (default /run/fakegpu, else /tmp/fakegpu)
  *   FAKEGPU_LAUNCH_NS    simulated duration of every kernel launch (overrides the profile)
  *   FAKEGPU_UTIL_WINDOW_MS  NVML utilisation sampling window (default 1000)
+ *   FAKEGPU_NVML_SAMPLES exact (default) | periodic: per-process samples as an H200 gives them
+ *   FAKEGPU_POWER_BOOST  percent: how much faster kernels run on a lightly loaded device than on a
+ *                        fully loaded one (a power-capped GPU's clocks; default 100 = the same)
  * plus the fault variables of fault.h.
  */
 #ifndef FG_CONFIG_H
@@ -25,6 +28,7 @@ typedef struct fg_config {
     uint64_t launch_ns, block_ns;
     uint64_t util_window_ns;
     int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
+    uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
     char state_path[600];
     uint64_t identity;
 } fg_config;

@@ -4,6 +4,14 @@
  * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
  * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
  * than FG_MAX_BACKLOG of its context's work is still queued.
+ *
+ * FAKEGPU_POWER_BOOST=B (percent) models a power-capped GPU: a dense GEMM on an H200 runs at
+ * ~1500 MHz when the card is fully loaded (700 W) and at 1980 MHz when it is busy a third of the
+ * time, so a share of its time buys more work than the same share of a full-load run. A kernel
+ * submitted while the device was busy for a fraction L of the last FG_POWER_WINDOW_NS runs
+ * min(B/100, 1/L) times faster than its nominal duration: at full load nominal, lightly loaded
+ * B/100 faster, and never more work per second than at full load (the cap). NVML's SM clock
+ * follows the same factor (nvml_device.c).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -100,6 +108,12 @@ uint64_t fg_cu_kernel_ns_here(CUfunction f, uint64_t blocks, void **params) {
     return fg_cu_kernel_ns(f, blocks, params, c ? fg_cu.dev[c->dev].sm_count : 1);
 }
 
+/* The duration of dur ns of nominal work submitted now (lock held): see FAKEGPU_POWER_BOOST. */
+static uint64_t powered_ns(unsigned unit, uint64_t dur, uint64_t now) {
+    uint64_t speed = fg_state_speed(&fg_cu.st, unit, now, fg_cu.cfg.power_boost);
+    return dur > UINT64_MAX / 100 ? dur / speed * 100 : dur * 100 / speed;
+}
+
 /* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
  * pass a dummy one without loading a module. Graph launches run their kernel nodes through it. */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
@@ -127,7 +141,7 @@ CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
                 ;
             continue;
         }
-        uint64_t end = fg_state_submit(&fg_cu.st, unit, dur, now, fg_cu.cfg.util_window_ns);
+        uint64_t end = fg_state_submit(&fg_cu.st, unit, powered_ns(unit, dur, now), now, fg_cu.cfg.util_window_ns);
         fg_state_unlock(&fg_cu.st);
         uint64_t prev = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
         while (prev < end && !__atomic_compare_exchange_n(&c->last_end, &prev, end, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))

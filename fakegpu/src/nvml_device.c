@@ -211,6 +211,31 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUt
     return NVML_SUCCESS;
 }
 
+/* The SM (and graphics) clock: FG_FULL_LOAD_MHZ times FAKEGPU_POWER_BOOST's speed factor, so a
+ * lightly loaded device reports the higher clock a power-capped GPU runs at (cuda_launch.c). */
+#define FG_FULL_LOAD_MHZ 1500u
+#define FG_MEM_MHZ 2619u
+FG_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    NV_ENTER();
+    HANDLE(device, d);
+    nvmlReturn_t r = fg_nv_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!clock || (unsigned)type >= NVML_CLOCK_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type == NVML_CLOCK_MEM) {
+        *clock = FG_MEM_MHZ;
+        return NVML_SUCCESS;
+    }
+    const fg_device *dv = fg_nv_device(d);
+    if (fg_state_lock(&fg_nv.st) != 0)
+        return NVML_ERROR_UNKNOWN;
+    uint64_t speed = fg_state_speed(&fg_nv.st, dv->unit, fg_now_ns(), fg_nv.cfg.power_boost);
+    fg_state_unlock(&fg_nv.st);
+    *clock = (unsigned)(FG_FULL_LOAD_MHZ * speed / 100);
+    return NVML_SUCCESS;
+}
+
 FG_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch) {
     NV_ENTER();
     HANDLE(device, d);

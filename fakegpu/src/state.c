@@ -236,7 +236,7 @@ uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now
     return end;
 }
 
-unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {
+uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {
     const fg_unit *u = &st->sh->unit[unit];
     uint64_t from = now > window ? now - window : 0, busy = 0;
     for (uint32_t i = 0; i < u->count; i++) {
@@ -247,6 +247,17 @@ unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t 
         if (e > s)
             busy += e - s;
     }
-    uint64_t pct = (busy * 100 + window / 2) / window;
+    return busy;
+}
+
+uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_t boost) {
+    if (boost <= 100)
+        return 100;
+    uint64_t busy = fg_state_busy_ns(st, unit, 0, now, FG_POWER_WINDOW_NS);
+    return busy * boost > FG_POWER_WINDOW_NS * 100 ? FG_POWER_WINDOW_NS * 100 / busy : boost;
+}
+
+unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {
+    uint64_t pct = (fg_state_busy_ns(st, unit, pid, now, window) * 100 + window / 2) / window;
     return pct > 100 ? 100 : (unsigned)pct;
 }

@@ -86,7 +86,13 @@ int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit,
 void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx);
 /* Appends dur ns of work to the unit's timeline; returns when it will have finished. */
 uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window);
-/* Busy percentage of the unit over [now - window, now], for one pid or all (pid 0). */
+/* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
+uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
+/* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the
+ * unit's load over the last FG_POWER_WINDOW_NS: min(boost, 100 / load). */
+#define FG_POWER_WINDOW_NS 100000000ULL /* 100 ms: how far back a power controller averages */
+uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_t boost);
+/* The same as a percentage. */
 unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 
 /* Not under the lock: in a forked child, before anything else. */

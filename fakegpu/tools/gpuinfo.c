@@ -121,6 +121,9 @@ int main(int argc, char **argv) {
                 printf(",\"utilization_gpu\":%u", u.gpu);
             else
                 printf(",\"utilization_gpu\":null");
+            unsigned mhz;
+            if (nvmlDeviceGetClockInfo(d, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
+                printf(",\"sm_clock_mhz\":%u", mhz);
             if (lost != NVML_SUCCESS) {
                 printf(",\"error\":");
                 jstr(nvmlErrorString(lost));

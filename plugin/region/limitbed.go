@@ -46,9 +46,11 @@ const (
 	lbOffRecentKernel = 456
 	lbOffHdrReserved1 = 460
 	lbOffDevUUID      = 464 // [16][16]byte
-	lbOffHdrReserved  = 720 // u64[38]
+	lbOffCalibAt      = 720
+	lbOffWorkFactor   = 728 // u32[16]
+	lbOffHdrReserved  = 792 // u64[29]
 	lbMutexBytes      = 64
-	lbHdrReservedN    = 38
+	lbHdrReservedN    = 29
 	lbUUIDBytes       = 16
 
 	// struct lb_region_slot
@@ -114,6 +116,7 @@ func decodeLimitbed(b []byte, opt Options) (Region, error) {
 		LimitsFormat:  ne.Uint32(b[lbOffLimitsFormat:]),
 		Oversubscribe: flags&lbFlagOversubscribe != 0,
 		Overflow:      flags&lbFlagOverflowSeen != 0,
+		CalibratedAt:  ne.Uint64(b[lbOffCalibAt:]),
 	}
 	hwm := int(ne.Uint32(b[lbOffSlotHWM:]))
 	if hwm > lbMaxSlots {
@@ -151,7 +154,7 @@ func decodeLimitbed(b []byte, opt Options) (Region, error) {
 		}
 		r.Devices = append(r.Devices, Device{
 			Index: d, LimitBytes: limit, Unlimited: limit == lbMemUnlimited, UsedBytes: used, LiveBytes: live[d],
-			SMLimit: ne.Uint32(b[lbOffSMLimit+4*d:]),
+			SMLimit: ne.Uint32(b[lbOffSMLimit+4*d:]), WorkFactor: ne.Uint32(b[lbOffWorkFactor+4*d:]),
 		})
 	}
 	return r, nil

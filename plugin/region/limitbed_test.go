@@ -233,6 +233,8 @@ func TestLayoutMatchesRegionH(t *testing.T) {
 		"header.recent_kernel": {lbOffRecentKernel, 4},
 		"header.reserved1":     {lbOffHdrReserved1, 4},
 		"header.dev_uuid":      {lbOffDevUUID, lbUUIDBytes * lbMaxDevices},
+		"header.calib_at":      {lbOffCalibAt, 8},
+		"header.work_factor":   {lbOffWorkFactor, 4 * lbMaxDevices},
 		"header.reserved":      {lbOffHdrReserved, 8 * lbHdrReservedN},
 		"slot.state":           {lbOffSlotState, 4},
 		"slot.pid":             {lbOffSlotPID, 4},

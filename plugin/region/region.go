@@ -71,6 +71,9 @@ type Region struct {
 	// Overflow: a process accounted outside the slots, so UsedBytes may hold
 	// bytes of no slot.
 	Overflow bool `json:"overflow"`
+	// CalibratedAt: when a process last ran the compute limiter's full-load
+	// calibration (Unix seconds, 0 = never).
+	CalibratedAt uint64 `json:"calibrated_at,omitempty"`
 
 	// HAMi-core only.
 	DeviceCount    uint64 `json:"device_count,omitempty"`
@@ -96,6 +99,9 @@ type Device struct {
 	// SMLimit is the compute limit in percent; 100 = none (HAMi-core's 0,
 	// "not set", reads as 100).
 	SMLimit uint32 `json:"sm_limit"`
+	// WorkFactor (limitbed only) is the compute limiter's measured clock
+	// factor in thousandths (1000..1500), 0 = not measured: docs/hamicore.md.
+	WorkFactor uint32 `json:"work_factor,omitempty"`
 }
 
 // Slot is one occupied process slot.

@@ -91,7 +91,12 @@ struct lb_region_header {
     uint32_t reserved1;            /* 460 */
     uint8_t dev_uuid[LB_REGION_MAX_DEVICES][16]; /* 464 CUDA ordinal -> GPU UUID (cuDeviceGetUuid), stamped
                                     *      by the first launching process; all zero = not known yet */
-    uint64_t reserved[38];         /* 720 */
+    _Atomic uint64_t calib_at;     /* 720  CLOCK_REALTIME seconds when a process of the container last ran its
+                                    *      full-load calibration (limiter.c); 0 = never */
+    _Atomic uint32_t work_factor[LB_REGION_MAX_DEVICES]; /* 728 per CUDA ordinal, in thousandths: how much
+                                    *      more work a share of the GPU's time buys at the container's
+                                    *      throttled clocks than at full load (1000..1500; 0 = not measured) */
+    uint64_t reserved[29];         /* 792 */
 };                                 /* 1024 */
 
 #define LB_REGION_HEADER_SIZE 1024u
@@ -111,6 +116,8 @@ _Static_assert(offsetof(struct lb_region_header, used_total) == 320, "used_total
 _Static_assert(offsetof(struct lb_region_header, util_switch) == 448, "util_switch offset");
 _Static_assert(offsetof(struct lb_region_header, recent_kernel) == 456, "recent_kernel offset");
 _Static_assert(offsetof(struct lb_region_header, dev_uuid) == 464, "dev_uuid offset");
+_Static_assert(offsetof(struct lb_region_header, calib_at) == 720, "calib_at offset");
+_Static_assert(offsetof(struct lb_region_header, work_factor) == 728, "work_factor offset");
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t fits its field");
 _Static_assert(LB_REGION_FILE_SIZE == 200704u, "file size");
 

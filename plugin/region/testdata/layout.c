@@ -40,6 +40,8 @@ int main(void)
     FIELD(header, recent_kernel);
     FIELD(header, reserved1);
     FIELD(header, dev_uuid);
+    FIELD(header, calib_at);
+    FIELD(header, work_factor);
     FIELD(header, reserved);
     FIELD(slot, state);
     FIELD(slot, pid);

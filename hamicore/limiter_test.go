@@ -44,7 +44,7 @@ func tolerance() float64 {
 	return 0.03
 }
 
-// Old band for short runs judged over the whole run (start-up included).
+// Band for the short runs of every launch path, judged after 2 s.
 const limitLow, limitHigh = 0.20, 0.40
 
 const spin1ms = "--kernel-us=1000"
@@ -137,11 +137,47 @@ func TestComputeLimitEveryLaunchPath(t *testing.T) {
 	jobs := make([]job, len(cases))
 	for i, args := range cases {
 		e := newEnv(t)
-		jobs[i] = job{e, e.limited(ms, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"), append([]string{"--seconds", "3"}, args...)}
+		jobs[i] = job{e, e.limited(ms, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"), append([]string{"--seconds", "5"}, args...)}
 	}
 	for i, r := range runAll(t, jobs) {
-		if r.BusyFraction < limitLow || r.BusyFraction > limitHigh {
-			t.Errorf("%v: busy fraction %.3f (%d launches, windows %v), want %.2f..%.2f", cases[i], r.BusyFraction, r.Launches, r.Windows, limitLow, limitHigh)
+		// After 2 s: the first 1.5 s are the calibration's unthrottled run.
+		if got := r.steady(); got < limitLow || got > limitHigh {
+			t.Errorf("%v: busy %.3f after 2 s (%d launches, windows %v), want %.2f..%.2f", cases[i], got, r.Launches, r.Windows, limitLow, limitHigh)
+		}
+	}
+}
+
+// On a power-capped GPU a share of the time buys more work than the same share of a full-load
+// run (FAKEGPU_POWER_BOOST=125: a lightly loaded device runs kernels 1.25 times faster, as an
+// H200's GEMMs at 1980 instead of 1500 MHz). The limit is a share of the work: a limiter holding
+// 30 % of the time gives 0.375 here. launchprobe counts nominal work, the full-load figure.
+func TestComputeLimitIsWorkNotTime(t *testing.T) {
+	tol := tolerance()
+	boost, force := "FAKEGPU_POWER_BOOST=125", "GPU_CORE_UTILIZATION_POLICY=force"
+	cases := []struct {
+		name   string
+		env    []string
+		args   []string
+		lo, hi float64
+	}{
+		{"unlimited", []string{boost}, []string{spin1ms}, 0.97, 1.03},
+		{"uniform 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
+		{"mix 60 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol},
+		{"graph 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol},
+	}
+	jobs := make([]job, len(cases))
+	for i, c := range cases {
+		e := newEnv(t)
+		environ := e.limited(c.env...)
+		if c.name == "unlimited" {
+			environ = append(append([]string{}, e.base...), c.env...)
+		}
+		jobs[i] = job{e, environ, append([]string{"--seconds", "8"}, c.args...)}
+	}
+	rs := runAll(t, jobs)
+	for i, c := range cases {
+		if got := rs[i].steady(); got < c.lo || got > c.hi {
+			t.Errorf("%s: work %.3f of full load after 2 s (windows %v), want %.2f..%.2f", c.name, got, rs[i].Windows, c.lo, c.hi)
 		}
 	}
 }

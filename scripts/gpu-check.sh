@@ -203,7 +203,7 @@ fi
 
 if want compute; then
 echo "== compute limit: CUDA_DEVICE_SM_LIMIT=30, GPU_CORE_UTILIZATION_POLICY=force; ~1 ms kernels on all SMs"
-spin_s=${SPIN_SECONDS:-10}
+spin_s=${SPIN_SECONDS:-20}
 free_run=$("$bin/cudart_probe" spin "$spin_s" 2>&1)
 # A pod of its own: the first process stamps the limits into usage.cache (first writer wins), so
 # reusing the memory cases' cache would keep their "no compute limit".
@@ -215,7 +215,10 @@ echo "unlimited: $free_run"
 echo "limit 30:  $lim_run"
 rate() { sed -n 's/.*"launches_per_s":\([0-9.]*\).*/\1/p' <<<"$1"; }
 ratio=$(awk -v a="$(rate "$lim_run")" -v b="$(rate "$free_run")" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }')
-check "compute limit 30% achieved ratio" "within-0.20-0.40" "ratio $ratio $(awk -v r="$ratio" 'BEGIN { print (r >= 0.20 && r <= 0.40) ? "within-0.20-0.40" : "outside-0.20-0.40" }')"
+# Over the whole run, start-up included: the first 1.5 s run unthrottled (the limiter's full-load
+# calibration, docs/hamicore.md) and leave up to ~1 s of 1 ms kernels queued, so 20 s at 30 % come
+# to about 0.40; the windows after 2 s are judged below.
+check "compute limit 30% achieved ratio, whole run" "within-0.25-0.45" "ratio $ratio $(awk -v r="$ratio" 'BEGIN { print (r >= 0.25 && r <= 0.45) ? "within-0.25-0.45" : "outside-0.25-0.45" }')"
 
 # The compute limit as issue-level figures: every workload of launchprobe (a uniform spin kernel,
 # a BLAS-like shape mix, the mix as a replayed graph) unlimited and at 30 and 60 % force, and the

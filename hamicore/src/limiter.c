@@ -19,6 +19,20 @@
  * long-run busy time is T * t up to a bounded remainder whatever the kernels are. Every process of
  * the container runs this loop against the same U, so the container total converges to T.
  *
+ * Work, not only time. A share of a power-capped GPU's time buys more work than the same share of
+ * a full-load run: dense GEMMs on an H200 run at ~1500 MHz with the card at its 700 W cap and at
+ * 1980 MHz when it is busy a third of the time, so 30 % of the time did 35-37 % of the full-load
+ * work. The limit is a share of what the GPU does for the workload at full load, so the loop
+ * holds the work share W = U * s, s being how much cheaper a unit is now than at full load:
+ * s = F / c, F the cost of a unit measured at full load. F is measured by a calibration: the
+ * container's first throttled launches (at most once per CALIB_EVERY_S per container, through the
+ * region's calib_at) run unthrottled for CALIB_NS — inside the first 2 s, from which the limit is
+ * specified — and F is the last second's U / r. With the `default` policy F is measured for free
+ * while the switch is off. s is at least 1 (never looser than the time share), at most
+ * WORK_FACTOR_MAX, and 1 within WORK_DEADBAND (the spin kernels' s is 1 up to the noise of the
+ * readings); the calibrating process publishes it in the region, where the container's other
+ * processes take it from.
+ *
  * Policy (GPU_CORE_UTILIZATION_POLICY of this process, as upstream): "disable" never limits;
  * "force" always does; "default" limits while the region's util_switch is 1 (stamped 1; the node
  * monitor writes it from the other containers' recent launches on the same GPU, docs/hamicore.md).
@@ -55,6 +69,13 @@
 #define INTEGRAL_SHARE 0.25 /* the integral moves the target by at most a quarter of T */
 #define IDLE_PERIODS 50     /* the watcher exits after 5 s without a throttled launch */
 #define MAX_SAMPLES 256
+#define CALIB_NS 1500000000LL   /* the calibration's unthrottled run; F is taken from its last second */
+#define CALIB_SLACK_NS 1000000000LL /* the watcher ends it at its next step; launches alone a second later */
+#define CALIB_EVERY_S 300       /* at most one calibration per container in 5 minutes */
+#define CALIB_JOIN_S 10         /* the calibrating process's other devices may join it this long */
+#define BLIND_MAX 100           /* after a calibration: at most 10 s waiting for its queue to drain */
+#define WORK_FACTOR_MAX 1.5     /* H200 GEMMs: 1.2-1.3 (1980 vs 1500 MHz); more is a broken reading */
+#define WORK_DEADBAND 0.02
 
 int lb_launch_limited;
 
@@ -65,6 +86,8 @@ struct bucket {
     _Atomic int in_use;         /* a throttled launch happened: the watcher serves this device */
     _Atomic int hungry;         /* a launch waited since the last control step */
     _Atomic uint32_t sm;        /* SM count (blocks per unit), 0 until asked */
+    _Atomic int64_t calib_until; /* CLOCK_MONOTONIC ns: calibrating (unthrottled) until then; 0 = not */
+    _Atomic int calib_asked;    /* the first throttled launch came: the watcher decides on a calibration */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* watcher-only state */
     uint64_t seen;              /* `launched` at the previous control step */
@@ -72,10 +95,18 @@ struct bucket {
     unsigned head, steps;
     double deficit;             /* integral of (T - U), percent-seconds */
     double cost;                /* smoothed U / r: percent per milli-unit/s, 0 until measured */
+    double full;                /* the same at full load (F), 0 = not measured */
+    double clk_full;            /* mean SM clock (MHz) over F's window, 0 = not known */
+    double clk;                 /* SM clock now, smoothed; 0 = not known */
+    double clk_sum;             /* calibration: clock readings of its last second */
+    unsigned clk_n;
+    unsigned blind;             /* control steps since a calibration while its queue drains; 0 = none */
+    unsigned drained;           /* control steps since the readings first showed the queue empty */
 };
 
 static struct bucket g_b[LB_REGION_MAX_DEVICES];
 static _Atomic int g_watcher; /* 0 none, 1 running (or starting) */
+static _Atomic int64_t g_calib_won; /* CLOCK_REALTIME s when this process won the region's calibration */
 
 void lb_limiter_init(void)
 {
@@ -93,8 +124,12 @@ void lb_limiter_init(void)
 
 void lb_limiter_after_fork(void)
 {
-    /* Threads do not survive fork: the child starts its own watcher on its first launch. */
+    /* Threads do not survive fork: the child starts its own watcher on its first launch. Its
+     * kernels may not be the parent's: it takes the work factor from the region, not F. */
     atomic_store(&g_watcher, 0);
+    atomic_store(&g_calib_won, 0);
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+        g_b[d].full = 0;
 }
 
 static int64_t now_ns(void)
@@ -128,6 +163,31 @@ static int container_pids(unsigned int *pids, int max)
         if (atomic_load(&s[i].state) == LB_SLOT_ACTIVE)
             pids[n++] = (unsigned)(s[i].hostpid ? s[i].hostpid : s[i].pid);
     return n;
+}
+
+/* The whole device's utilisation in percent over NVML's last sample period; -1 if unknown. */
+static int device_util(int d)
+{
+    __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    nvmlDevice_t h;
+    nvmlUtilization_t u;
+    if (!whole || !by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS || whole(h, &u) != NVML_SUCCESS)
+        return -1;
+    return (int)u.gpu;
+}
+
+/* The device's SM clock in MHz, 0 if NVML cannot say. */
+static unsigned sm_clock(int d)
+{
+    __typeof__(&nvmlDeviceGetClockInfo) info = LB_REAL(nvmlDeviceGetClockInfo);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    nvmlDevice_t h;
+    unsigned mhz = 0;
+    if (!info || !by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS ||
+        info(h, NVML_CLOCK_SM, &mhz) != NVML_SUCCESS)
+        return 0;
+    return mhz;
 }
 
 /* The container's utilisation of device d in percent over the last second; -1 if unknown. */
@@ -181,6 +241,82 @@ static int switched_off(void)
     return lb_cfg.policy == LB_POLICY_DEFAULT && !atomic_load_explicit(&lb_region->util_switch, memory_order_relaxed);
 }
 
+static int64_t realtime_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+/* 1 if a process of another container has a context on device d (or NVML cannot say): more
+ * processes on the device than the container has. Counted, not matched, because a container's
+ * pids are often not the ones NVML reports. */
+static int shared_now(int d)
+{
+    __typeof__(&nvmlInit_v2) init = LB_REAL(nvmlInit_v2);
+    __typeof__(&nvmlDeviceGetComputeRunningProcesses_v3) procs = LB_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    nvmlDevice_t h;
+    if (!init || !procs || !by_index || init() != NVML_SUCCESS || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS)
+        return 1;
+    unsigned int n = 0;
+    nvmlReturn_t r = procs(h, &n, NULL);
+    if (r != NVML_SUCCESS && r != NVML_ERROR_INSUFFICIENT_SIZE)
+        return 1;
+    unsigned int pids[LB_REGION_MAX_SLOTS];
+    return n > (unsigned)container_pids(pids, LB_REGION_MAX_SLOTS);
+}
+
+/* The first throttled launch on a device: calibrate if the container has not for CALIB_EVERY_S
+ * (one process wins the region's word; its other devices join within CALIB_JOIN_S) and has the
+ * GPU to itself. With a neighbour on the GPU its clocks are shared anyway, the unthrottled run
+ * would take the neighbour's time, and the launch queue it fills (up to ~1 s of work per
+ * process) would drain for seconds at 1 - T - the neighbour's share. */
+static void maybe_calibrate(int dev, struct bucket *b)
+{
+    if (b->full > 0 || switched_off() || shared_now(dev))
+        return;
+    int64_t now = realtime_s(), won = atomic_load(&g_calib_won);
+    if (!won || now - won > CALIB_JOIN_S) {
+        uint64_t last = atomic_load(&lb_region->calib_at);
+        /* A stamp from the future (a clock step back) does not block calibration forever. */
+        if (last && (uint64_t)now >= last && (uint64_t)now - last < CALIB_EVERY_S)
+            return;
+        if (!atomic_compare_exchange_strong(&lb_region->calib_at, &last, (uint64_t)now))
+            return; /* another process of the container won */
+        atomic_store(&g_calib_won, now);
+    }
+    b->clk_sum = 0, b->clk_n = 0; /* the watcher reads them once calib_until is set */
+    atomic_store(&b->calib_until, now_ns() + CALIB_NS);
+    LB_DEBUG("compute limit: device %d: calibrating at full load for %lld ms", dev, (long long)(CALIB_NS / 1000000));
+}
+
+/* s, the work a unit of time buys now relative to full load: this process's F / c, else the
+ * container's figure from the region, else 1. F / c alone would also take a change of kernels, or
+ * the lag of a deep queue, for a change of speed; a speed-up needs the clock to show it too, so s
+ * is at most the SM clock now over the clock at F (1 when NVML gives no clock). */
+static double work_factor(int d, struct bucket *b)
+{
+    double s = 1;
+    if (b->full > 0 && b->cost > 0) {
+        s = b->full / b->cost;
+        double ck = b->clk_full > 0 && b->clk > 0 ? b->clk / b->clk_full : 1;
+        if (s > ck)
+            s = ck;
+    } else {
+        uint32_t m = atomic_load_explicit(&lb_region->work_factor[d], memory_order_relaxed);
+        if (m >= 1000 && m <= WORK_FACTOR_MAX * 1000)
+            s = m / 1000.0;
+    }
+    /* 1 up to the deadband, then a ramp that reaches s itself at twice the deadband */
+    if (s <= 1 + WORK_DEADBAND)
+        return 1;
+    if (s < 1 + 2 * WORK_DEADBAND)
+        s = 1 + 2 * (s - 1 - WORK_DEADBAND);
+    return s > WORK_FACTOR_MAX ? WORK_FACTOR_MAX : s;
+}
+
+
 static void control(int d, struct bucket *b)
 {
     uint64_t launched = atomic_load(&b->launched);
@@ -195,6 +331,70 @@ static void control(int d, struct bucket *b)
     if (u < 0)
         return; /* no reading: keep the rate */
     double t = b->limit;
+    /* A calibration starts one control step after the first throttled launch, not at it: two
+     * containers started together have both made their contexts by then, and see each other. */
+    if (atomic_exchange(&b->calib_asked, 0))
+        maybe_calibrate(d, b);
+    unsigned mhz = sm_clock(d);
+    b->clk = !mhz ? 0 : b->clk > 0 ? b->clk + COST_GAIN * (mhz - b->clk) : mhz;
+    int64_t calib = atomic_load(&b->calib_until);
+    if (calib) {
+        int64_t now = now_ns();
+        if (now >= calib - 1000000000LL) /* F's window: the clock it ran at */
+            b->clk_sum += mhz, b->clk_n += mhz > 0;
+        int stop = now < calib && shared_now(d);
+        if (now < calib && !stop)
+            return; /* unthrottled: the ring keeps counting */
+        /* A neighbour came (stop) or the run is over. Either way the queue it filled drains
+         * first (blind, below). A stopped run leaves readings that are not all its own: its cost
+         * paces the drain, nothing is learned. */
+        /* Units of the last half second: the burst's first instants fill the launch queue (up
+         * to ~1 s of work in a few ms), so the whole window would count work not yet run. */
+        uint64_t recent = 0;
+        for (unsigned i = 1; i <= WINDOW / 2; i++)
+            recent += b->ring[(b->head + WINDOW - i) % WINDOW];
+        recent *= 2;
+        int64_t ran = now - (calib - CALIB_NS);
+        if (stop && ran < CALIB_NS) {
+            /* The readings' second was partly before the run: scale U to the run's part. */
+            double us = ran < 1000000000LL ? u * 1e9 / (double)(ran > 100000000LL ? ran : 100000000LL) : u;
+            if (us > 100)
+                us = 100;
+            if (us >= 3 && recent > 0) {
+                b->cost = us / (double)recent;
+                int64_t next = (int64_t)(t / b->cost);
+                atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
+                b->blind = 1, b->drained = 0;
+            }
+            b->steps = WINDOW, b->deficit = 0;
+            atomic_store(&b->calib_until, 0);
+            LB_DEBUG("compute limit: device %d: calibration stopped: another container uses the GPU", d);
+            return;
+        }
+        /* The calibration's last second: F = U / r at full load, and the rate that does T of it. */
+        if (u >= 50 && units > 0) { /* the run's last second: its queue was full since its start */
+            b->full = b->cost = (double)u / (double)units;
+            b->clk_full = b->clk_n ? b->clk_sum / b->clk_n : 0;
+            int64_t next = (int64_t)(t / b->full);
+            atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
+            b->blind = 1, b->drained = 0;
+        }
+        b->steps = WINDOW, b->deficit = 0;
+        atomic_store(&b->calib_until, 0);
+        LB_DEBUG("compute limit: device %d: calibrated: U %d%%, %llu milli-units/s, cost %lld ppm, SM clock %lld MHz",
+                 d, u, (unsigned long long)units, (long long)(b->full * 1e6), (long long)b->clk_full);
+        return;
+    }
+    if (b->blind) {
+        /* The launch queue the unthrottled run filled (up to ~1 s of work) drains at 1 - T of
+         * the GPU: the readings stay at 100 % until it has, and hold it for a window after.
+         * Meanwhile they say nothing of the throttled launches: keep the rate at T / F. */
+        if (b->drained || device_util(d) < 99)
+            b->drained++;
+        if (++b->blind < BLIND_MAX && b->drained <= WINDOW)
+            return;
+        b->blind = 0;
+    }
     /* NVML's utilisation is a whole percent: a reading of 1 may stand for 0.1 % or 1.4 %, so the
      * cost of a unit taken from a reading that small can be off by ten times (on an H200 the
      * first readings of a starting process made the loop cut its rate and ramp for 4 s instead
@@ -206,6 +406,7 @@ static void control(int d, struct bucket *b)
         if (u >= u_min && units > 0) {
             double c = (double)u / (double)units;
             b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+            b->full = b->cost, b->clk_full = b->clk; /* unthrottled: the full-load cost, and its clock */
             int64_t next = (int64_t)(t / b->cost);
             atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
         }
@@ -216,17 +417,18 @@ static void control(int d, struct bucket *b)
      * back the ramp's overshoot would only move the error into the next seconds); it counts a
      * shortfall only while launches were held back, so an idle or lightly loaded process does
      * not save up a burst. */
-    if (++b->steps > INTEGRAL_AFTER && (hungry || u > t)) {
+    double s = work_factor(d, b), w = u * s; /* the work share */
+    if (++b->steps > INTEGRAL_AFTER && (hungry || w > t)) {
         /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
          * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
         double dmax = t * TAU_S * INTEGRAL_SHARE;
-        b->deficit += (t - u) * PERIOD_S;
+        b->deficit += (t - w) * PERIOD_S;
         if (b->deficit > dmax)
             b->deficit = dmax;
         if (b->deficit < -dmax)
             b->deficit = -dmax;
     }
-    double te = t + b->deficit / TAU_S;
+    double te = (t + b->deficit / TAU_S) / s; /* the time share that does it */
     if (te > 100)
         te = 100;
     int64_t rate = atomic_load(&b->rate), next = rate;
@@ -264,12 +466,14 @@ static void control(int d, struct bucket *b)
     if (next > RATE_MAX)
         next = RATE_MAX;
     atomic_store(&b->rate, next);
+    if (b->full > 0 && b->cost > 0 && b->steps > INTEGRAL_AFTER)
+        atomic_store_explicit(&lb_region->work_factor[d], (uint32_t)(s * 1000 + 0.5), memory_order_relaxed);
     /* Once a second at the debug level: what the loop saw and did, for tuning on a real GPU. */
     if (b->steps % WINDOW == 0)
-        LB_DEBUG("compute limit: device %d: U %d%% (target %lld.%lld), %llu milli-units/s, rate %lld, cost %lld ppm, "
-                 "deficit %lld cs",
-                 d, u, (long long)te, (long long)(te * 10) % 10, (unsigned long long)units, (long long)next,
-                 (long long)(b->cost * 1e6), (long long)(b->deficit * 100));
+        LB_DEBUG("compute limit: device %d: U %d%% (target %lld.%lld), work factor %lld/1000, SM clock %lld MHz, "
+                 "%llu milli-units/s, rate %lld, cost %lld ppm, deficit %lld cs",
+                 d, u, (long long)te, (long long)(te * 10) % 10, (long long)(s * 1000 + 0.5), (long long)b->clk,
+                 (unsigned long long)units, (long long)next, (long long)(b->cost * 1e6), (long long)(b->deficit * 100));
 }
 
 static void *watcher(void *arg)
@@ -357,8 +561,9 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
     struct bucket *b = &g_b[dev];
     if (!b->limit)
         return;
-    if (!atomic_load_explicit(&b->in_use, memory_order_relaxed))
-        atomic_store(&b->in_use, 1);
+    int idle = 0;
+    if (!atomic_load_explicit(&b->in_use, memory_order_relaxed) && atomic_compare_exchange_strong(&b->in_use, &idle, 1))
+        atomic_store(&b->calib_asked, 1);
     uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
     if (!sm)
         atomic_store(&b->sm, sm = sm_count(dev));
@@ -369,10 +574,14 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
     int64_t cost = (int64_t)((k + w) * MILLI + frac);
     if (cost > RATE_MAX)
         cost = RATE_MAX;
-    if (switched_off()) {
+    /* The watcher ends a calibration at the control step that measures it (its ring must not
+     * hold throttled launches); the launches end it alone should the watcher not come. */
+    int64_t calib = atomic_load_explicit(&b->calib_until, memory_order_relaxed);
+    if (switched_off() || (calib && now_ns() < calib + CALIB_SLACK_NS)) {
         /* Not limited, but measured: the watcher keeps pairing this work with U, so the moment
          * the switch comes on the rate is already the right one (and the work queued while
-         * unthrottled is not mistaken for the cost of the first throttled launches). */
+         * unthrottled is not mistaken for the cost of the first throttled launches). The same
+         * during a calibration. */
         ensure_watcher();
         atomic_fetch_add(&b->launched, (uint64_t)cost);
         return;

@@ -316,6 +316,63 @@ static double work_factor(int d, struct bucket *b)
     return s > WORK_FACTOR_MAX ? WORK_FACTOR_MAX : s;
 }
 
+static int64_t store_rate(struct bucket *b, int64_t next)
+{
+    next = next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next;
+    atomic_store(&b->rate, next);
+    return next;
+}
+
+/* The rate that does t percent at a cost of c per milli-unit/s, within the bounds. */
+static void set_rate(struct bucket *b, double t, double c)
+{
+    store_rate(b, (int64_t)(t / c));
+}
+
+/* A control step of a calibration (calib: its end, CLOCK_MONOTONIC ns). Until its end the
+ * launches are unthrottled and the ring counts them. At its end, or when a neighbour appears,
+ * the queue it filled drains first (blind, in control); the rate meanwhile is T / F. */
+static void calibration_step(int d, struct bucket *b, int u, uint64_t units, int64_t calib, unsigned mhz)
+{
+    int64_t now = now_ns();
+    if (now >= calib - 1000000000LL) /* F's window: the clock it ran at */
+        b->clk_sum += mhz, b->clk_n += mhz > 0;
+    int stop = now < calib && shared_now(d);
+    if (now < calib && !stop)
+        return;
+    double t = b->limit;
+    b->steps = WINDOW, b->deficit = 0;
+    atomic_store(&b->calib_until, 0);
+    if (stop) {
+        /* A stopped run's readings are not all its own, so nothing is learned; its cost paces
+         * the drain. It is taken from the last half second's units (the run's first instants
+         * fill the launch queue, up to ~1 s of work in a few ms, which the whole window would
+         * count) and from U scaled to the run's part of the readings' second. */
+        uint64_t recent = 0;
+        for (unsigned i = 1; i <= WINDOW / 2; i++)
+            recent += b->ring[(b->head + WINDOW - i) % WINDOW];
+        recent *= 2;
+        int64_t ran = now - (calib - CALIB_NS);
+        double us = ran < 1000000000LL ? u * 1e9 / (double)(ran > 100000000LL ? ran : 100000000LL) : u;
+        if (us > 100)
+            us = 100;
+        if (us >= 3 && recent > 0) {
+            set_rate(b, t, b->cost = us / (double)recent);
+            b->blind = 1, b->drained = 0;
+        }
+        LB_DEBUG("compute limit: device %d: calibration stopped: another container uses the GPU", d);
+        return;
+    }
+    /* The run's last second (its queue was full since its start): F = U / r at full load. */
+    if (u >= 50 && units > 0) {
+        b->full = b->cost = (double)u / (double)units;
+        b->clk_full = b->clk_n ? b->clk_sum / b->clk_n : 0;
+        set_rate(b, t, b->full);
+        b->blind = 1, b->drained = 0;
+    }
+    LB_DEBUG("compute limit: device %d: calibrated: U %d%%, %llu milli-units/s, cost %lld ppm, SM clock %lld MHz", d, u,
+             (unsigned long long)units, (long long)(b->full * 1e6), (long long)b->clk_full);
+}
 
 static void control(int d, struct bucket *b)
 {
@@ -335,54 +392,12 @@ static void control(int d, struct bucket *b)
      * containers started together have both made their contexts by then, and see each other. */
     if (atomic_exchange(&b->calib_asked, 0))
         maybe_calibrate(d, b);
-    unsigned mhz = sm_clock(d);
-    b->clk = !mhz ? 0 : b->clk > 0 ? b->clk + COST_GAIN * (mhz - b->clk) : mhz;
     int64_t calib = atomic_load(&b->calib_until);
+    /* The clock matters to the work factor (this process's F) and while F is measured. */
+    unsigned mhz = calib || b->full > 0 || switched_off() ? sm_clock(d) : 0;
+    b->clk = !mhz ? 0 : b->clk > 0 ? b->clk + COST_GAIN * (mhz - b->clk) : mhz;
     if (calib) {
-        int64_t now = now_ns();
-        if (now >= calib - 1000000000LL) /* F's window: the clock it ran at */
-            b->clk_sum += mhz, b->clk_n += mhz > 0;
-        int stop = now < calib && shared_now(d);
-        if (now < calib && !stop)
-            return; /* unthrottled: the ring keeps counting */
-        /* A neighbour came (stop) or the run is over. Either way the queue it filled drains
-         * first (blind, below). A stopped run leaves readings that are not all its own: its cost
-         * paces the drain, nothing is learned. */
-        /* Units of the last half second: the burst's first instants fill the launch queue (up
-         * to ~1 s of work in a few ms), so the whole window would count work not yet run. */
-        uint64_t recent = 0;
-        for (unsigned i = 1; i <= WINDOW / 2; i++)
-            recent += b->ring[(b->head + WINDOW - i) % WINDOW];
-        recent *= 2;
-        int64_t ran = now - (calib - CALIB_NS);
-        if (stop && ran < CALIB_NS) {
-            /* The readings' second was partly before the run: scale U to the run's part. */
-            double us = ran < 1000000000LL ? u * 1e9 / (double)(ran > 100000000LL ? ran : 100000000LL) : u;
-            if (us > 100)
-                us = 100;
-            if (us >= 3 && recent > 0) {
-                b->cost = us / (double)recent;
-                int64_t next = (int64_t)(t / b->cost);
-                atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
-                b->blind = 1, b->drained = 0;
-            }
-            b->steps = WINDOW, b->deficit = 0;
-            atomic_store(&b->calib_until, 0);
-            LB_DEBUG("compute limit: device %d: calibration stopped: another container uses the GPU", d);
-            return;
-        }
-        /* The calibration's last second: F = U / r at full load, and the rate that does T of it. */
-        if (u >= 50 && units > 0) { /* the run's last second: its queue was full since its start */
-            b->full = b->cost = (double)u / (double)units;
-            b->clk_full = b->clk_n ? b->clk_sum / b->clk_n : 0;
-            int64_t next = (int64_t)(t / b->full);
-            atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
-            b->blind = 1, b->drained = 0;
-        }
-        b->steps = WINDOW, b->deficit = 0;
-        atomic_store(&b->calib_until, 0);
-        LB_DEBUG("compute limit: device %d: calibrated: U %d%%, %llu milli-units/s, cost %lld ppm, SM clock %lld MHz",
-                 d, u, (unsigned long long)units, (long long)(b->full * 1e6), (long long)b->clk_full);
+        calibration_step(d, b, u, units, calib, mhz);
         return;
     }
     if (b->blind) {
@@ -407,8 +422,7 @@ static void control(int d, struct bucket *b)
             double c = (double)u / (double)units;
             b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
             b->full = b->cost, b->clk_full = b->clk; /* unthrottled: the full-load cost, and its clock */
-            int64_t next = (int64_t)(t / b->cost);
-            atomic_store(&b->rate, next < RATE_MIN ? RATE_MIN : next > RATE_MAX ? RATE_MAX : next);
+            set_rate(b, t, b->cost);
         }
         b->steps = WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
         return;
@@ -461,11 +475,7 @@ static void control(int d, struct bucket *b)
             next = (int64_t)(half < (double)rate * up ? half : (double)rate * up);
         }
     }
-    if (next < RATE_MIN)
-        next = RATE_MIN;
-    if (next > RATE_MAX)
-        next = RATE_MAX;
-    atomic_store(&b->rate, next);
+    next = store_rate(b, next);
     if (b->full > 0 && b->cost > 0 && b->steps > INTEGRAL_AFTER)
         atomic_store_explicit(&lb_region->work_factor[d], (uint32_t)(s * 1000 + 0.5), memory_order_relaxed);
     /* Once a second at the debug level: what the loop saw and did, for tuning on a real GPU. */

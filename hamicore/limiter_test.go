@@ -54,33 +54,48 @@ const spin1ms = "--kernel-us=1000"
 func TestComputeLimit(t *testing.T) {
 	tol := tolerance()
 	force := "GPU_CORE_UTILIZATION_POLICY=force"
-	cases := []struct {
-		name   string
-		env    []string
-		args   []string
-		lo, hi float64
-	}{
-		{"uniform 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
-		{"mix 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=mix"}, 0.30 - tol, 0.30 + tol},
-		{"mix 60 force", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol},
+	checkSteady(t, "busy", []steadyCase{
+		{"uniform 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol, false},
+		{"mix 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=mix"}, 0.30 - tol, 0.30 + tol, false},
+		{"mix 60 force", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol, false},
 		// Graph replays: the executable graph's kernel nodes, counted at instantiation, charged per cuGraphLaunch.
-		{"graph 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol},
-		{"graph 60 force ptsz", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=graph", "--ptsz"}, 0.60 - tol, 0.60 + tol},
+		{"graph 30 force", []string{"CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol, false},
+		{"graph 60 force ptsz", []string{"CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=graph", "--ptsz"}, 0.60 - tol, 0.60 + tol, false},
 		// Without a monitor the region's switch stays as stamped (on): default limits, as upstream.
-		{"uniform 30 default, no monitor", []string{"CUDA_DEVICE_SM_LIMIT=30"}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
-		{"mix 30 disable", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=disable"}, []string{"--workload=mix"}, 0.95, 1.1},
-		{"uniform 100 force", []string{"CUDA_DEVICE_SM_LIMIT=100", force}, []string{spin1ms}, 0.95, 1.1},
-		{"uniform 0 force", []string{"CUDA_DEVICE_SM_LIMIT=0", force}, []string{spin1ms}, 0.95, 1.1},
-	}
+		{"uniform 30 default, no monitor", []string{"CUDA_DEVICE_SM_LIMIT=30"}, []string{spin1ms}, 0.30 - tol, 0.30 + tol, false},
+		{"mix 30 disable", []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=disable"}, []string{"--workload=mix"}, 0.95, 1.1, false},
+		{"uniform 100 force", []string{"CUDA_DEVICE_SM_LIMIT=100", force}, []string{spin1ms}, 0.95, 1.1, false},
+		{"uniform 0 force", []string{"CUDA_DEVICE_SM_LIMIT=0", force}, []string{spin1ms}, 0.95, 1.1, false},
+	})
+}
+
+// steadyCase is one 8 s launchprobe run judged on its mean after 2 s; plain runs it without the
+// library.
+type steadyCase struct {
+	name   string
+	env    []string
+	args   []string
+	lo, hi float64
+	plain  bool
+}
+
+// checkSteady runs every case at once, each in its own pod on its own GPU (the first process
+// stamps the region's limits), and judges each; what names the figure in a failure.
+func checkSteady(t *testing.T, what string, cases []steadyCase) {
+	t.Helper()
 	jobs := make([]job, len(cases))
 	for i, c := range cases {
-		e := newEnv(t) // own pod and own GPU: the first process stamps the region's limits
-		jobs[i] = job{e, e.limited(c.env...), append([]string{"--seconds", "8"}, c.args...)}
+		e := newEnv(t)
+		environ := e.limited(c.env...)
+		if c.plain {
+			environ = append(append([]string{}, e.base...), c.env...)
+		}
+		jobs[i] = job{e, environ, append([]string{"--seconds", "8"}, c.args...)}
 	}
 	rs := runAll(t, jobs)
 	for i, c := range cases {
 		if got := rs[i].steady(); got < c.lo || got > c.hi {
-			t.Errorf("%s: busy %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, got, rs[i].Windows, c.lo, c.hi)
+			t.Errorf("%s: %s %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, what, got, rs[i].Windows, c.lo, c.hi)
 		}
 	}
 }
@@ -154,32 +169,12 @@ func TestComputeLimitEveryLaunchPath(t *testing.T) {
 func TestComputeLimitIsWorkNotTime(t *testing.T) {
 	tol := tolerance()
 	boost, force := "FAKEGPU_POWER_BOOST=125", "GPU_CORE_UTILIZATION_POLICY=force"
-	cases := []struct {
-		name   string
-		env    []string
-		args   []string
-		lo, hi float64
-	}{
-		{"unlimited", []string{boost}, []string{spin1ms}, 0.97, 1.03},
-		{"uniform 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol},
-		{"mix 60 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol},
-		{"graph 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol},
-	}
-	jobs := make([]job, len(cases))
-	for i, c := range cases {
-		e := newEnv(t)
-		environ := e.limited(c.env...)
-		if c.name == "unlimited" {
-			environ = append(append([]string{}, e.base...), c.env...)
-		}
-		jobs[i] = job{e, environ, append([]string{"--seconds", "8"}, c.args...)}
-	}
-	rs := runAll(t, jobs)
-	for i, c := range cases {
-		if got := rs[i].steady(); got < c.lo || got > c.hi {
-			t.Errorf("%s: work %.3f of full load after 2 s (windows %v), want %.2f..%.2f", c.name, got, rs[i].Windows, c.lo, c.hi)
-		}
-	}
+	checkSteady(t, "work of full load", []steadyCase{
+		{"unlimited", []string{boost}, []string{spin1ms}, 0.97, 1.03, true},
+		{"uniform 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{spin1ms}, 0.30 - tol, 0.30 + tol, false},
+		{"mix 60 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=60", force}, []string{"--workload=mix"}, 0.60 - tol, 0.60 + tol, false},
+		{"graph 30 force", []string{boost, "CUDA_DEVICE_SM_LIMIT=30", force}, []string{"--workload=graph"}, 0.30 - tol, 0.30 + tol, false},
+	})
 }
 
 // The limit is the container's: two processes of one pod share 30 %, they do not get 30 % each.

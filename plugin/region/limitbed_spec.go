@@ -13,6 +13,8 @@ type LimitbedSpec struct {
 	Priority  int32              // CUDA_TASK_PRIORITY; 0 = 1
 	Recent    uint32             // recent_kernel
 	GPUs      [][16]byte         // dev_uuid, in order
+	CalibAt   uint64             // calib_at
+	Work      map[int]uint32     // work_factor, thousandths
 	Slots     []LimitbedSpecSlot // slot_hwm = len(Slots)
 }
 
@@ -62,6 +64,10 @@ func (s LimitbedSpec) Bytes() []byte {
 	}
 	for d, v := range s.SMLimits {
 		ne.PutUint32(b[lbOffSMLimit+4*d:], v)
+	}
+	ne.PutUint64(b[lbOffCalibAt:], s.CalibAt)
+	for d, v := range s.Work {
+		ne.PutUint32(b[lbOffWorkFactor+4*d:], v)
 	}
 	for d, v := range s.UsedTotal {
 		ne.PutUint64(b[lbOffUsedTotal+8*d:], v)

@@ -46,6 +46,7 @@ func TestDecodeLimitbed(t *testing.T) {
 		dead      int
 		overflow  bool
 		oversubsc bool
+		calibAt   uint64
 	}{
 		{
 			name: "all owners alive", spec: two, live: liveSet(0, 2),
@@ -80,6 +81,13 @@ func TestDecodeLimitbed(t *testing.T) {
 			devices:  []Device{{Index: 0, LimitBytes: 0, UsedBytes: 42, SMLimit: 100}},
 			overflow: true, oversubsc: true,
 		},
+		{
+			// The compute limiter's calibration stamp and measured work factor.
+			name:    "calibrated compute limit",
+			spec:    LimitbedSpec{Limits: map[int]uint64{0: 3000 * mib}, SMLimits: map[int]uint32{0: 30}, CalibAt: 1764590000, Work: map[int]uint32{0: 1203}},
+			devices: []Device{{Index: 0, LimitBytes: 3000 * mib, SMLimit: 30, WorkFactor: 1203}},
+			calibAt: 1764590000,
+		},
 		{name: "empty region", spec: LimitbedSpec{}},
 	}
 	for _, tc := range cases {
@@ -90,7 +98,7 @@ func TestDecodeLimitbed(t *testing.T) {
 			}
 			if r.Layout != LimitbedLayout || r.Layout.String() != "limitbed v2" || r.Size != LimitbedFileSize ||
 				r.Overflow != tc.overflow || r.Oversubscribe != tc.oversubsc || r.DeadSlots() != tc.dead ||
-				r.Priority != 1 || r.UtilSwitch != 1 {
+				r.Priority != 1 || r.UtilSwitch != 1 || r.CalibratedAt != tc.calibAt {
 				t.Errorf("region = %+v", r)
 			}
 			if !slices.Equal(r.Devices, tc.devices) {

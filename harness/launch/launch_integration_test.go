@@ -25,6 +25,7 @@ func TestIntegrationLaunchEnvDocker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
+	t.Parallel()
 	b := sandboxtest.Docker(t)
 	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}})
 	for _, m := range launch.Methods() {

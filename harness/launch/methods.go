@@ -37,6 +37,8 @@ type Method struct {
 	detached bool
 	// undo, when set, is exec'd after a detached job ended (removing the cron entry).
 	undo func(job, dir string) []string
+	// poke, when set, is exec'd every pokeEvery while a detached job has not started yet.
+	poke func(job, dir string) []string
 }
 
 const tenant = sandbox.TenantUser
@@ -116,6 +118,7 @@ var methods = []Method{
 		argv:     cronInstallArgv,
 		detached: true,
 		undo:     cronRemoveArgv,
+		poke:     cronPokeArgv,
 	},
 }
 
@@ -195,3 +198,11 @@ func cronInstallArgv(job, dir string) []string {
 }
 
 func cronRemoveArgv(_, dir string) []string { return []string{"rm", "-f", cronFile(dir)} }
+
+// cronPokeArgv moves the entry's and /etc/cron.d's mtimes to now. cron rereads its tables only when
+// a modification time differs from the one it recorded, at one-second resolution: an entry written
+// in the same second as cron's scan (at its start, or at a minute boundary) would otherwise never be
+// loaded. A later mtime makes the next scan load it.
+func cronPokeArgv(_, dir string) []string {
+	return []string{"sh", "-c", `[ -e "$1/started" ] || touch "$2" /etc/cron.d`, "cron-poke", dir, cronFile(dir)}
+}

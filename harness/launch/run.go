@@ -51,10 +51,11 @@ func Run(ctx context.Context, c sandbox.Container, m Method, command string) (Re
 	}
 	job := dir + "/run"
 	fail := func(format string, args ...any) (Result, error) {
-		return Result{}, fmt.Errorf("launch %q: %s", m.Name, fmt.Sprintf(format, args...))
+		// format may use %w: callers match context errors through it.
+		return Result{}, fmt.Errorf("launch %q: "+format, append([]any{m.Name}, args...)...)
 	}
 	if err := writeJob(ctx, c, dir, jobScript(dir, command)); err != nil {
-		return fail("%v", err)
+		return fail("%w", err)
 	}
 	defer func() {
 		cleanup := context.WithoutCancel(ctx)
@@ -66,19 +67,19 @@ func Run(ctx context.Context, c sandbox.Container, m Method, command string) (Re
 
 	launcher, err := c.Exec(ctx, m.argv(job, dir), sandbox.ExecOptions{})
 	if err != nil {
-		return fail("start: %v", err)
+		return fail("start: %w", err)
 	}
 	if m.detached {
 		if launcher.ExitCode != 0 {
 			return fail("start exited %d: %s%s", launcher.ExitCode, launcher.Stdout, launcher.Stderr)
 		}
-		if err := waitJob(ctx, c, dir); err != nil {
-			return fail("%v", err)
+		if err := waitJob(ctx, c, m, job, dir); err != nil {
+			return fail("%w", err)
 		}
 	}
 	files, err := readJob(ctx, c, dir)
 	if err != nil {
-		return fail("%v", err)
+		return fail("%w", err)
 	}
 	rc, ok := files["rc"]
 	if !ok {
@@ -140,9 +141,19 @@ func writeJob(ctx context.Context, c sandbox.Container, dir, script string) erro
 	return nil
 }
 
-// waitJob polls for the job's exit-code file.
-func waitJob(ctx context.Context, c sandbox.Container, dir string) error {
+// pokeEvery is how often a detached job that has not started is poked (see Method.poke).
+const pokeEvery = 10 * time.Second
+
+// waitJob polls for the job's exit-code file, poking the method's scheduler while it waits.
+func waitJob(ctx context.Context, c sandbox.Container, m Method, job, dir string) error {
+	lastPoke := time.Now()
 	for {
+		if m.poke != nil && time.Since(lastPoke) >= pokeEvery {
+			lastPoke = time.Now()
+			if _, err := c.Exec(ctx, m.poke(job, dir), sandbox.ExecOptions{}); err != nil {
+				return fmt.Errorf("wait for the job: poke: %w", err)
+			}
+		}
 		res, err := c.Exec(ctx, []string{"test", "-e", dir + "/rc"}, sandbox.ExecOptions{})
 		if err != nil {
 			return fmt.Errorf("wait for the job: %w", err)

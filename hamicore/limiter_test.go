@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 type launchResult struct {
@@ -90,7 +91,7 @@ func checkSteady(t *testing.T, what string, cases []steadyCase) {
 		if c.plain {
 			environ = append(append([]string{}, e.base...), c.env...)
 		}
-		jobs[i] = job{e, environ, append([]string{"--seconds", "8"}, c.args...)}
+		jobs[i] = job{e: e, environ: environ, args: append([]string{"--seconds", "8"}, c.args...)}
 	}
 	rs := runAll(t, jobs)
 	for i, c := range cases {
@@ -106,6 +107,7 @@ type job struct {
 	e       *env
 	environ []string
 	args    []string
+	after   time.Duration // started this long after the previous job
 }
 
 func runAll(t *testing.T, jobs []job) []launchResult {
@@ -114,6 +116,7 @@ func runAll(t *testing.T, jobs []job) []launchResult {
 	errs := make([]bytes.Buffer, len(jobs))
 	procs := make([]*exec.Cmd, len(jobs))
 	for i, j := range jobs {
+		time.Sleep(j.after)
 		procs[i] = j.e.cmd(j.environ, "hamicore-launchprobe", j.args...)
 		procs[i].Stdout, procs[i].Stderr = &outs[i], &errs[i]
 		if err := procs[i].Start(); err != nil {
@@ -152,7 +155,7 @@ func TestComputeLimitEveryLaunchPath(t *testing.T) {
 	jobs := make([]job, len(cases))
 	for i, args := range cases {
 		e := newEnv(t)
-		jobs[i] = job{e, e.limited(ms, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"), append([]string{"--seconds", "5"}, args...)}
+		jobs[i] = job{e: e, environ: e.limited(ms, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=FORCE"), args: append([]string{"--seconds", "5"}, args...)}
 	}
 	for i, r := range runAll(t, jobs) {
 		// After 2 s: the first 1.5 s are the calibration's unthrottled run.
@@ -183,7 +186,7 @@ func TestComputeLimitIsPerContainer(t *testing.T) {
 	e := newEnv(t)
 	environ := e.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
 	args := []string{"--seconds", "8", spin1ms}
-	rs := runAll(t, []job{{e, environ, args}, {e, environ, args}})
+	rs := runAll(t, []job{{e: e, environ: environ, args: args}, {e: e, environ: environ, args: args}})
 	sum := rs[0].steady() + rs[1].steady()
 	if tol := tolerance(); sum < 0.30-tol || sum > 0.30+tol {
 		t.Errorf("two processes under one 30 %% limit were busy %.3f together (%v, %v), want 0.30 ± %.2f", sum, rs[0].Windows, rs[1].Windows, tol)
@@ -197,14 +200,41 @@ func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
 	b.base = a.base // b's own pod (usage.cache), a's GPU (fakegpu state)
 	args := []string{"--seconds", "8", "--workload=mix"}
 	rs := runAll(t, []job{
-		{a, a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args},
-		{b, b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args},
+		{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
+		{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
 	})
 	tol := tolerance()
 	for i, want := range []float64{0.30, 0.50} {
 		if got := rs[i].steady(); got < want-tol || got > want+tol {
 			t.Errorf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)
 		}
+	}
+}
+
+// A neighbour that starts while a container calibrates (unthrottled, its launch queue full) is
+// not starved, and the calibrating container is never over its limit. Before the readings of a
+// neighbour stuck behind that queue were held rather than taken for the whole device, the 50 %
+// container came to 0.03-0.26.
+func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
+	t.Parallel()
+	tol := tolerance()
+	for _, after := range []time.Duration{time.Second, 1500 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			t.Parallel()
+			a, b := newEnv(t), newEnv(t)
+			b.base = a.base
+			args := []string{"--seconds", "8", "--workload=mix"}
+			rs := runAll(t, []job{
+				{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
+				{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args, after: after},
+			})
+			if got := rs[0].steady(); got < 0.15 || got > 0.30+tol {
+				t.Errorf("calibrating container at 30 %%: busy %.3f after 2 s (windows %v), want 0.15 .. %.2f", got, rs[0].Windows, 0.30+tol)
+			}
+			if got := rs[1].steady(); got < 0.50-2*tol || got > 0.50+tol {
+				t.Errorf("neighbour at 50 %%: busy %.3f after 2 s (windows %v), want %.2f .. %.2f", got, rs[1].Windows, 0.50-2*tol, 0.50+tol)
+			}
+		})
 	}
 }
 
@@ -216,7 +246,7 @@ func TestComputeLimitFollowsUUID(t *testing.T) {
 	e := newEnv(t)
 	environ := e.limited("FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR="+filepath.Join(e.p.Root, "fakegpu", "profiles"),
 		"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
-	r := runAll(t, []job{{e, environ, []string{"--seconds", "6", spin1ms}}})[0]
+	r := runAll(t, []job{{e: e, environ: environ, args: []string{"--seconds", "6", spin1ms}}})[0]
 	if tol := tolerance(); r.steady() < 0.30-tol || r.steady() > 0.30+tol {
 		t.Errorf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", r.steady(), r.Windows, tol)
 	}

@@ -101,6 +101,7 @@ struct bucket {
     double clk_sum;             /* calibration: clock readings of its last second */
     unsigned clk_n;
     unsigned blind;             /* control steps since a calibration while its queue drains; 0 = none */
+    int64_t drain_from;         /* CLOCK_MONOTONIC ns: the device's readings cover the calibration from then */
     unsigned drained;           /* control steps since the readings first showed the queue empty */
 };
 
@@ -190,6 +191,23 @@ static unsigned sm_clock(int d)
     return mhz;
 }
 
+static int shared_now(int d);
+
+/* 1 if NVML lists one of pids (n of them) as running on device h. */
+static int pids_listed(nvmlDevice_t h, const unsigned int *pids, int n)
+{
+    static nvmlProcessInfo_t infos[MAX_SAMPLES]; /* watcher thread only */
+    __typeof__(&nvmlDeviceGetComputeRunningProcesses_v3) procs = LB_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+    unsigned int m = MAX_SAMPLES;
+    if (!procs || procs(h, &m, infos) != NVML_SUCCESS)
+        return 0;
+    for (unsigned i = 0; i < m && i < MAX_SAMPLES; i++)
+        for (int k = 0; k < n; k++)
+            if (infos[i].pid == pids[k])
+                return 1;
+    return 0;
+}
+
 /* The container's utilisation of device d in percent over the last second; -1 if unknown. */
 static int container_util(int d, uint64_t launched_in_window)
 {
@@ -218,17 +236,28 @@ static int container_util(int d, uint64_t launched_in_window)
                         found = 1;
                         break;
                     }
-            /* Work was launched but no sample is ours: the pids cannot be matched (a PID
-             * namespace without host pids), or our share is below what NVML samples (an H200
-             * gives no sample to a process that barely ran beside a busy one). Fall back to the
-             * whole device: never over the limit, at worst under it when other tenants are busy.
-             * (Taking "no sample" for 0 instead was tried on an H200 with a 30 % and a 50 %
-             * container: per-process samples under time-slicing come once a second in 20 %
-             * steps and do not follow the shares, and the 30 % container ran at 0.68.) */
             if (found || launched_in_window == 0)
                 return sum > 100 ? 100 : (int)sum;
+            /* Work was launched but no sample is ours. Alone on the device, the device's
+             * reading is ours. Beside another container, if NVML lists one of our pids on the
+             * device, they can be matched, so our share is just below what NVML samples now:
+             * an H200 gives no sample to a process that barely ran beside a busy one, and none
+             * to work still queued behind a neighbour's. With the device saturated that is
+             * no reading: the rate is kept. Below saturation the whole device stands for it
+             * (an unsaturated device runs queued work, so ours would show soon; holding there
+             * left two containers whose small shares NVML never sampled at their start rate).
+             * Taking it for the whole device made a neighbour that started beside a
+             * calibration's full queue see 100 %, learn a cost 150 times too high and starve
+             * itself for seconds; taking it for 0 (tried on an H200 with a 30 % and a 50 %
+             * container, whose samples under time-slicing come once a second in 20 % steps)
+             * let the 30 % one run at 0.68. */
+            nvmlUtilization_t all;
+            if (whole && whole(h, &all) == NVML_SUCCESS && all.gpu >= 95 && shared_now(d) && pids_listed(h, pids, np))
+                return -1;
         }
     }
+    /* The pids cannot be matched (a PID namespace without host pids): the whole device, never
+     * over the limit, at worst under it when other tenants are busy. */
     nvmlUtilization_t u;
     if (!whole || whole(h, &u) != NVML_SUCCESS)
         return -1;
@@ -335,6 +364,9 @@ static void set_rate(struct bucket *b, double t, double c)
 static void calibration_step(int d, struct bucket *b, int u, uint64_t units, int64_t calib, unsigned mhz)
 {
     int64_t now = now_ns();
+    /* A reading of the device that reaches back before the run's start would show its idle
+     * time, not the end of the run's queue. */
+    b->drain_from = calib - CALIB_NS + 1100000000LL;
     if (now >= calib - 1000000000LL) /* F's window: the clock it ran at */
         b->clk_sum += mhz, b->clk_n += mhz > 0;
     int stop = now < calib && shared_now(d);
@@ -344,22 +376,13 @@ static void calibration_step(int d, struct bucket *b, int u, uint64_t units, int
     b->steps = WINDOW, b->deficit = 0;
     atomic_store(&b->calib_until, 0);
     if (stop) {
-        /* A stopped run's readings are not all its own, so nothing is learned; its cost paces
-         * the drain. It is taken from the last half second's units (the run's first instants
-         * fill the launch queue, up to ~1 s of work in a few ms, which the whole window would
-         * count) and from U scaled to the run's part of the readings' second. */
-        uint64_t recent = 0;
-        for (unsigned i = 1; i <= WINDOW / 2; i++)
-            recent += b->ring[(b->head + WINDOW - i) % WINDOW];
-        recent *= 2;
-        int64_t ran = now - (calib - CALIB_NS);
-        double us = ran < 1000000000LL ? u * 1e9 / (double)(ran > 100000000LL ? ran : 100000000LL) : u;
-        if (us > 100)
-            us = 100;
-        if (us >= 3 && recent > 0) {
-            set_rate(b, t, b->cost = us / (double)recent);
-            b->blind = 1, b->drained = 0;
-        }
+        /* A stopped run's readings are not all its own, and its first instants filled the
+         * launch queue (up to ~1 s of work in a few ms): nothing can be learned from it, not
+         * even a cost to pace the drain with (taken from its last half second it came out a
+         * third of the real one, and the drain ran at three times the limit). The rate stays
+         * the one before the run; after the drain the loop ramps as at a start. */
+        b->steps = 0, b->cost = 0;
+        b->blind = 1, b->drained = 0;
         LB_DEBUG("compute limit: device %d: calibration stopped: another container uses the GPU", d);
         return;
     }
@@ -404,7 +427,7 @@ static void control(int d, struct bucket *b)
         /* The launch queue the unthrottled run filled (up to ~1 s of work) drains at 1 - T of
          * the GPU: the readings stay at 100 % until it has, and hold it for a window after.
          * Meanwhile they say nothing of the throttled launches: keep the rate at T / F. */
-        if (b->drained || device_util(d) < 99)
+        if (b->drained || (now_ns() >= b->drain_from && device_util(d) < 99))
             b->drained++;
         if (++b->blind < BLIND_MAX && b->drained <= WINDOW)
             return;
@@ -450,8 +473,11 @@ static void control(int d, struct bucket *b)
      * not shown in U yet (queued behind other processes') must not make the rate run away. */
     double up = b->steps <= WINDOW ? 2 : 1.5;
     if (u < u_min || units == 0) {
-        if (units > 0 && (hungry || u == 0))
-            next = (int64_t)((double)rate * up); /* held back, but too little to show yet */
+        /* Held back, but too little to show yet: up, unless the device is saturated, when the
+         * work launched is queued behind another's (a neighbour's calibration, or a flood) and
+         * shows nothing of what it would cost: a ramp then piles up seconds of work. */
+        if (units > 0 && (hungry || u == 0) && device_util(d) < 95)
+            next = (int64_t)((double)rate * up);
     } else {
         /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
          * kernels varies, the cost of the workload much less. */

@@ -1,5 +1,5 @@
 /*
- * The one initialization pipeline, run once (pthread_once) from the first CUDA or NVML entry
+ * The one initialization pipeline, run once (under g_init_mu) from the first CUDA or NVML entry
  * point — there is no constructor doing work:
  *   1. configuration: /overrideEnv, then the environment (config.c), before anything else;
  *   2. logging: the level is now known; diagnostics collected so far are printed;
@@ -20,7 +20,6 @@
 
 _Atomic int lb_state = LB_STATE_UNINIT;
 _Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* fork: each module registers its own handlers (memory, vmm, graph, reserve, region); these
  * are the initialisation's. A fork while another thread initialises waits for it (prepare), so
@@ -47,9 +46,9 @@ static void __attribute__((constructor(102))) init_register_fork(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* Under g_init_mu. */
 static void init_once(void)
 {
-    pthread_mutex_lock(&g_init_mu);
     lb_guard_enter();
     lb_config_load();
     /* No opt-out here: CUDA_DISABLE_CONTROL is the device plugin's (it leaves out the preload). */
@@ -57,13 +56,23 @@ static void init_once(void)
     lb_limiter_init();
     lb_guard_leave();
     atomic_store_explicit(&lb_state, LB_STATE_ENFORCE, memory_order_release);
-    pthread_mutex_unlock(&g_init_mu);
 }
 
+/* Once, without pthread_once: a fork while another thread is inside pthread_once leaves the
+ * child a once-control "in progress" that only glibc's fork generation count resets
+ * (ThreadSanitizer's pthread_once, and other C libraries, wait on it forever: seen as a hung
+ * child in path-fork under TSan). Here the whole initialisation holds g_init_mu, which
+ * fork_prepare takes too, so a child sees either no initialisation or a finished one, and
+ * runs its own in the first case. */
 int lb_active_slow(void)
 {
     if (lb_guard)
         return 0;
-    pthread_once(&g_once, init_once);
+    if (atomic_load_explicit(&lb_state, memory_order_acquire) != LB_STATE_ENFORCE) {
+        pthread_mutex_lock(&g_init_mu);
+        if (atomic_load_explicit(&lb_state, memory_order_relaxed) != LB_STATE_ENFORCE)
+            init_once();
+        pthread_mutex_unlock(&g_init_mu);
+    }
     return atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE;
 }

@@ -30,12 +30,16 @@ for p in "${progs[@]}"; do
 		[ $mode = native ] && [ "$p" = dlsym ] && env+=(LD_PRELOAD="${PATH_PRELOAD_EXTRA:+$PATH_PRELOAD_EXTRA }$shim")
 		[ $mode = limited ] && env+=(LD_PRELOAD="${PATH_PRELOAD_EXTRA:+$PATH_PRELOAD_EXTRA }$lib${shim:+ $shim}"
 			CUDA_DEVICE_MEMORY_LIMIT_0=3000m CUDA_DEVICE_MEMORY_SHARED_CACHE="$d/$cache" LIBCUDA_LOG_LEVEL=1)
-		if env "${env[@]}" "$out/bin/path-$p" >"$d/log" 2>&1; then
+		# A backstop: no program may stall the suite (each bounds its own waits; fork's rounds
+		# 40 s each at worst). 124 is timeout's exit code.
+		timeout 900 env "${env[@]}" "$out/bin/path-$p" >"$d/log" 2>&1
+		rc=$?
+		if [ $rc = 0 ]; then
 			passed=$((passed + 1))
 			echo "PASS $p $mode"
 		else
 			failed=$((failed + 1))
-			echo "FAIL $p $mode"
+			echo "FAIL $p $mode$([ $rc = 124 ] && echo ' (stalled: killed after 900 s)')"
 			sed 's/^/    /' "$d/log"
 		fi
 	done

@@ -93,6 +93,7 @@ struct bucket {
     uint64_t seen;              /* `launched` at the previous control step */
     uint64_t ring[WINDOW];      /* milli-units launched per period, last WINDOW periods */
     unsigned head, steps;
+    unsigned age;               /* control steps of this episode, counted up to 2 s */
     double deficit;             /* integral of (T - U), percent-seconds */
     double cost;                /* smoothed U / r: percent per milli-unit/s, 0 until measured */
     double full;                /* the same at full load (F), 0 = not measured */
@@ -208,8 +209,9 @@ static int pids_listed(nvmlDevice_t h, const unsigned int *pids, int n)
     return 0;
 }
 
-/* The container's utilisation of device d in percent over the last second; -1 if unknown. */
-static int container_util(int d, uint64_t launched_in_window)
+/* The container's utilisation of device d in percent over the last second; -1 if unknown
+ * (may_hold: in the first seconds of an episode, no sample of ours may be no reading). */
+static int container_util(int d, uint64_t launched_in_window, int may_hold)
 {
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES]; /* watcher thread only */
     static unsigned int pids[LB_REGION_MAX_SLOTS];
@@ -242,17 +244,21 @@ static int container_util(int d, uint64_t launched_in_window)
              * reading is ours. Beside another container, if NVML lists one of our pids on the
              * device, they can be matched, so our share is just below what NVML samples now:
              * an H200 gives no sample to a process that barely ran beside a busy one, and none
-             * to work still queued behind a neighbour's. With the device saturated that is
-             * no reading: the rate is kept. Below saturation the whole device stands for it
-             * (an unsaturated device runs queued work, so ours would show soon; holding there
-             * left two containers whose small shares NVML never sampled at their start rate).
+             * to work still queued behind a neighbour's. With the device saturated in the first
+             * seconds of an episode (our first launches wait behind a neighbour's queue) that
+             * is no reading: the rate is kept. Otherwise the whole device stands for it: below
+             * saturation queued work runs, so ours would show soon (holding there left two
+             * containers whose small shares NVML never sampled at their start rate), and later
+             * a saturated device may be our own overrun (on an H200, whose samples come once
+             * a second, holding then let a 50 % container run at 0.91).
              * Taking it for the whole device made a neighbour that started beside a
              * calibration's full queue see 100 %, learn a cost 150 times too high and starve
              * itself for seconds; taking it for 0 (tried on an H200 with a 30 % and a 50 %
              * container, whose samples under time-slicing come once a second in 20 % steps)
              * let the 30 % one run at 0.68. */
             nvmlUtilization_t all;
-            if (whole && whole(h, &all) == NVML_SUCCESS && all.gpu >= 95 && shared_now(d) && pids_listed(h, pids, np))
+            if (may_hold && whole && whole(h, &all) == NVML_SUCCESS && all.gpu >= 95 && shared_now(d) &&
+                pids_listed(h, pids, np))
                 return -1;
         }
     }
@@ -407,7 +413,8 @@ static void control(int d, struct bucket *b)
     for (int i = 0; i < WINDOW; i++)
         units += b->ring[i];
     int hungry = atomic_exchange(&b->hungry, 0);
-    int u = container_util(d, units);
+    int u = container_util(d, units, b->age < 2 * WINDOW);
+    b->age += b->age < 2 * WINDOW;
     if (u < 0)
         return; /* no reading: keep the rate */
     double t = b->limit;
@@ -525,7 +532,7 @@ static void *watcher(void *arg)
         struct bucket *b = &g_b[d];
         memset(b->ring, 0, sizeof b->ring);
         b->seen = atomic_load(&b->launched);
-        b->steps = 0, b->deficit = 0, b->cost = 0;
+        b->steps = 0, b->deficit = 0, b->cost = 0, b->age = 0;
     }
     int64_t next = now_ns();
     unsigned tick = 0, idle = 0;

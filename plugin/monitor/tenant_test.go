@@ -146,14 +146,16 @@ func (b *blockingReader) ReadUsage(path string) (Usage, error) {
 func TestCollectorScrapeDeadline(t *testing.T) {
 	r := &blockingReader{block: "stuck_main", release: make(chan struct{})}
 	dir := tenantDir(t, 5, map[string]func(string) error{"stuck": func(p string) error { return os.WriteFile(p, nil, 0o666) }})
-	c := &Collector{Dir: dir, Usage: r, Logger: klog.Background(), ScrapeTimeout: 200 * time.Millisecond}
+	// 1 s, not less: on a loaded 2-core CI machine under -race a good file's read once took over
+	// 200 ms, timed out, and was still running at the next scrape (reported as not returned).
+	c := &Collector{Dir: dir, Usage: r, Logger: klog.Background(), ScrapeTimeout: time.Second}
 	var once sync.Once
 	defer once.Do(func() { close(r.release) })
 	for n := range 3 {
 		start := time.Now()
 		got := scrape(t, c)
 		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("scrape %d took %s with a 200ms deadline", n, d)
+			t.Fatalf("scrape %d took %s with a 1 s deadline", n, d)
 		}
 		if got["stuck"][`hami_container_region_file_rejected{container=main,reason=timeout}`] != 1 {
 			t.Errorf("scrape %d: stuck pod not reported as timeout: %v", n, got["stuck"])

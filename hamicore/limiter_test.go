@@ -238,44 +238,6 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 	}
 }
 
-// A container that held its limit alone keeps it when a neighbour starts beside it, even under
-// per-process samples that cannot tell the two apart (FAKEGPU_NVML_SAMPLES=periodic, the H200's
-// sensor): it paces at the rate it learned alone. Closed on those samples, the 30 % container came
-// to 0.02-0.04 next to a 50 % one.
-func TestComputeLimitHoldsBesideANeighbour(t *testing.T) {
-	t.Parallel()
-	tol := tolerance()
-	for _, wl := range [][]string{{spin1ms}, {"--workload=mix"}} {
-		t.Run(wl[0], func(t *testing.T) {
-			t.Parallel()
-			a, b := newEnv(t), newEnv(t)
-			b.base = a.base
-			const periodic = "FAKEGPU_NVML_SAMPLES=periodic"
-			rs := runAll(t, []job{
-				{e: a, environ: a.limited(periodic, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"),
-					args: append([]string{"--seconds", "14"}, wl...)},
-				{e: b, environ: b.limited(periodic, "CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"),
-					args: append([]string{"--seconds", "8"}, wl...), after: 5 * time.Second},
-			})
-			// The neighbour runs from 5 s to 13 s: judge the windows from 7 s to 13 s.
-			if len(rs[0].Windows) < 13 {
-				t.Fatalf("30 %% container: %d windows, want 13 or more", len(rs[0].Windows))
-			}
-			beside := rs[0].Windows[7:13]
-			m := 0.0
-			for _, w := range beside {
-				m += w
-			}
-			m /= float64(len(beside))
-			if m < 0.30-tol || m > 0.30+tol {
-				t.Errorf("30 %% container beside a 50 %% one: busy %.3f from 7 s to 13 s (windows %v), want 0.30 ± %.2f",
-					m, rs[0].Windows, tol)
-			}
-			t.Logf("30 %%: windows %v; 50 %%: steady %.3f, windows %v", rs[0].Windows, rs[1].steady(), rs[1].Windows)
-		})
-	}
-}
-
 // The utilisation read is the limited CUDA device's own: with CUDA_VISIBLE_DEVICES=1, CUDA
 // ordinal 0 is NVML's GPU 1 (matched by UUID; by index the limiter would read the idle GPU 0 and
 // never throttle).

@@ -94,7 +94,6 @@ struct bucket {
     uint64_t ring[WINDOW];      /* milli-units launched per period, last WINDOW periods */
     unsigned head, steps;
     unsigned age;               /* control steps of this episode, counted up to 2 s */
-    double alone_rate;          /* the rate that held the limit while the container was alone; 0 = not known */
     double deficit;             /* integral of (T - U), percent-seconds */
     double cost;                /* smoothed U / r: percent per milli-unit/s, 0 until measured */
     double full;                /* the same at full load (F), 0 = not measured */
@@ -132,7 +131,7 @@ void lb_limiter_after_fork(void)
     atomic_store(&g_watcher, 0);
     atomic_store(&g_calib_won, 0);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
-        g_b[d].full = 0, g_b[d].alone_rate = 0;
+        g_b[d].full = 0;
 }
 
 static int64_t now_ns(void)
@@ -289,11 +288,11 @@ static int64_t realtime_s(void)
  * pids are often not the ones NVML reports. */
 static int shared_now(int d)
 {
-    /* NVML was initialised by the watcher (the only caller) when it started. */
+    __typeof__(&nvmlInit_v2) init = LB_REAL(nvmlInit_v2);
     __typeof__(&nvmlDeviceGetComputeRunningProcesses_v3) procs = LB_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
     __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     nvmlDevice_t h;
-    if (!procs || !by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS)
+    if (!init || !procs || !by_index || init() != NVML_SUCCESS || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS)
         return 1;
     unsigned int n = 0;
     nvmlReturn_t r = procs(h, &n, NULL);
@@ -404,14 +403,6 @@ static void calibration_step(int d, struct bucket *b, int u, uint64_t units, int
              (unsigned long long)units, (long long)(b->full * 1e6), (long long)b->clk_full);
 }
 
-/* The rate that holds the limit alone, smoothed over ~1 s of steps (the loop's rate moves
- * around it from step to step). */
-static void learn_alone(struct bucket *b)
-{
-    double r = (double)atomic_load(&b->rate);
-    b->alone_rate = b->alone_rate > 0 ? b->alone_rate + 0.1 * (r - b->alone_rate) : r;
-}
-
 static void control(int d, struct bucket *b)
 {
     uint64_t launched = atomic_load(&b->launched);
@@ -449,18 +440,6 @@ static void control(int d, struct bucket *b)
             return;
         b->blind = 0;
     }
-    /* Beside another container (more processes on the device than ours) NVML cannot tell the
-     * shares apart: on an H200 (driver 580) two paced GEMM processes doing 30 % and 50 % of the
-     * full-load work had the device's 72 % attributed to the 50 % one alone for seconds, and the
-     * 30 % one got no sample. What is known is the rate that held the limit while the container
-     * was alone. Paced at it, open loop, the work share stays the limit while the kernels stay
-     * what they were and the GPU is not saturated (those paced processes did 0.300 / 0.500).
-     * The loop resumes when the neighbour leaves. */
-    int beside = shared_now(d);
-    if (beside && b->alone_rate > 0 && !switched_off()) {
-        store_rate(b, (int64_t)b->alone_rate);
-        return;
-    }
     /* NVML's utilisation is a whole percent: a reading of 1 may stand for 0.1 % or 1.4 %, so the
      * cost of a unit taken from a reading that small can be off by ten times (on an H200 the
      * first readings of a starting process made the loop cut its rate and ramp for 4 s instead
@@ -474,8 +453,6 @@ static void control(int d, struct bucket *b)
             b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
             b->full = b->cost, b->clk_full = b->clk; /* unthrottled: the full-load cost, and its clock */
             set_rate(b, t, b->cost);
-            if (!beside)
-                learn_alone(b);
         }
         b->steps = WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
         return;
@@ -532,8 +509,6 @@ static void control(int d, struct bucket *b)
         }
     }
     next = store_rate(b, next);
-    if (!beside && b->steps > INTEGRAL_AFTER)
-        learn_alone(b);
     if (b->full > 0 && b->cost > 0 && b->steps > INTEGRAL_AFTER)
         atomic_store_explicit(&lb_region->work_factor[d], (uint32_t)(s * 1000 + 0.5), memory_order_relaxed);
     /* Once a second at the debug level: what the loop saw and did, for tuning on a real GPU. */

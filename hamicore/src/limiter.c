@@ -167,27 +167,34 @@ static int container_pids(unsigned int *pids, int max)
     return n;
 }
 
+/* NVML's handle of CUDA device d (an ordinal, mapped by UUID); 0 on success. */
+static int nvml_device(int d, nvmlDevice_t *h)
+{
+    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
+    return !by_index || by_index((unsigned)lb_nvml_index(d), h) != NVML_SUCCESS ? -1 : 0;
+}
+
 /* The whole device's utilisation in percent over NVML's last sample period; -1 if unknown. */
-static int device_util(int d)
+static int util_of(nvmlDevice_t h)
 {
     __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
-    nvmlDevice_t h;
     nvmlUtilization_t u;
-    if (!whole || !by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS || whole(h, &u) != NVML_SUCCESS)
-        return -1;
-    return (int)u.gpu;
+    return !whole || whole(h, &u) != NVML_SUCCESS ? -1 : (int)u.gpu;
+}
+
+static int device_util(int d)
+{
+    nvmlDevice_t h;
+    return nvml_device(d, &h) ? -1 : util_of(h);
 }
 
 /* The device's SM clock in MHz, 0 if NVML cannot say. */
 static unsigned sm_clock(int d)
 {
     __typeof__(&nvmlDeviceGetClockInfo) info = LB_REAL(nvmlDeviceGetClockInfo);
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     nvmlDevice_t h;
     unsigned mhz = 0;
-    if (!info || !by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS ||
-        info(h, NVML_CLOCK_SM, &mhz) != NVML_SUCCESS)
+    if (!info || nvml_device(d, &h) || info(h, NVML_CLOCK_SM, &mhz) != NVML_SUCCESS)
         return 0;
     return mhz;
 }
@@ -216,10 +223,8 @@ static int container_util(int d, uint64_t launched_in_window, int may_hold)
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES]; /* watcher thread only */
     static unsigned int pids[LB_REGION_MAX_SLOTS];
     __typeof__(&nvmlDeviceGetProcessUtilization) per_proc = LB_REAL(nvmlDeviceGetProcessUtilization);
-    __typeof__(&nvmlDeviceGetUtilizationRates) whole = LB_REAL(nvmlDeviceGetUtilizationRates);
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     nvmlDevice_t h;
-    if (!by_index || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS) /* d: a CUDA ordinal */
+    if (nvml_device(d, &h))
         return -1;
     int found = 0;
     unsigned sum = 0;
@@ -256,18 +261,15 @@ static int container_util(int d, uint64_t launched_in_window, int may_hold)
              * itself for seconds; taking it for 0 (tried on an H200 with a 30 % and a 50 %
              * container, whose samples under time-slicing come once a second in 20 % steps)
              * let the 30 % one run at 0.68. */
-            nvmlUtilization_t all;
-            if (may_hold && whole && whole(h, &all) == NVML_SUCCESS && all.gpu >= 95 && shared_now(d) &&
-                pids_listed(h, pids, np))
+            int all = util_of(h);
+            if (may_hold && all >= 95 && shared_now(d) && pids_listed(h, pids, np))
                 return -1;
+            return all;
         }
     }
     /* The pids cannot be matched (a PID namespace without host pids): the whole device, never
      * over the limit, at worst under it when other tenants are busy. */
-    nvmlUtilization_t u;
-    if (!whole || whole(h, &u) != NVML_SUCCESS)
-        return -1;
-    return (int)u.gpu;
+    return util_of(h);
 }
 
 /* `default` with the node monitor's switch off: not limited now. */
@@ -290,9 +292,8 @@ static int shared_now(int d)
 {
     __typeof__(&nvmlInit_v2) init = LB_REAL(nvmlInit_v2);
     __typeof__(&nvmlDeviceGetComputeRunningProcesses_v3) procs = LB_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
     nvmlDevice_t h;
-    if (!init || !procs || !by_index || init() != NVML_SUCCESS || by_index((unsigned)lb_nvml_index(d), &h) != NVML_SUCCESS)
+    if (!init || !procs || init() != NVML_SUCCESS || nvml_device(d, &h))
         return 1;
     unsigned int n = 0;
     nvmlReturn_t r = procs(h, &n, NULL);

@@ -193,16 +193,23 @@ func TestComputeLimitIsPerContainer(t *testing.T) {
 	}
 }
 
-// Two containers on one GPU at 30 % and 50 %: each holds its own limit.
-func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
-	t.Parallel()
+// twoPods runs the shape mix for 8 s in a 30 % pod and, started `after` later, a 50 % pod on the
+// same GPU (each its own usage.cache, one fakegpu state), both `force`.
+func twoPods(t *testing.T, after time.Duration) []launchResult {
+	t.Helper()
 	a, b := newEnv(t), newEnv(t)
 	b.base = a.base // b's own pod (usage.cache), a's GPU (fakegpu state)
 	args := []string{"--seconds", "8", "--workload=mix"}
-	rs := runAll(t, []job{
+	return runAll(t, []job{
 		{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
-		{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
+		{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args, after: after},
 	})
+}
+
+// Two containers on one GPU at 30 % and 50 %: each holds its own limit.
+func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
+	t.Parallel()
+	rs := twoPods(t, 0)
 	tol := tolerance()
 	for i, want := range []float64{0.30, 0.50} {
 		if got := rs[i].steady(); got < want-tol || got > want+tol {
@@ -221,13 +228,7 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 	for _, after := range []time.Duration{time.Second, 1500 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
 			t.Parallel()
-			a, b := newEnv(t), newEnv(t)
-			b.base = a.base
-			args := []string{"--seconds", "8", "--workload=mix"}
-			rs := runAll(t, []job{
-				{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
-				{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args, after: after},
-			})
+			rs := twoPods(t, after)
 			if got := rs[0].steady(); got < 0.15 || got > 0.30+tol {
 				t.Errorf("calibrating container at 30 %%: busy %.3f after 2 s (windows %v), want 0.15 .. %.2f", got, rs[0].Windows, 0.30+tol)
 			}

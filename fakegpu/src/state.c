@@ -113,8 +113,8 @@ void fg_state_detach(fg_state *st) {
 }
 
 void fg_state_after_fork(fg_state *st) {
-    if (st->fd < 0)
-        return;
+    if (!st->sh || st->fd < 0)
+        return; /* not attached (a fork before cuInit): there is no descriptor of ours to touch */
     /* The inherited descriptor shares the parent's lock; ours must be our own. */
     close(st->fd);
     st->fd = open(st->path, O_RDWR | O_CLOEXEC);

@@ -71,6 +71,9 @@ typedef struct fg_state {
     char path[600];
 } fg_state;
 
+/* A state nobody attached yet: no descriptor (0 is the program's standard input, not ours). */
+#define FG_STATE_DETACHED {.sh = NULL, .fd = -1, .slot = -1}
+
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen);
 void fg_state_detach(fg_state *st);
 

@@ -5,13 +5,19 @@ package launch_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/plugin/allocate"
 )
 
 const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"
@@ -32,6 +38,55 @@ func TestIntegrationLaunchEnvDocker(t *testing.T) {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
 			checkMethod(t, c, m)
+		})
+	}
+}
+
+// TestIntegrationLaunchDriverPreloaded: every launch method works in a container whose
+// ld.so.preload names libvgpu.so and then the driver double (a core linked with
+// -Wl,--no-as-needed: every process loads fakegpu's libcuda.so.1 and libnvidia-ml.so.1 at start,
+// and their fork handlers run in login, sshd, cron, su and sudo). fakegpu's fork handler used to
+// close the standard input of every child forked before cuInit: login lost its terminal and the
+// job never ran. Each method's shell must also show both driver libraries mapped.
+func TestIntegrationLaunchDriverPreloaded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	t.Parallel()
+	b := sandboxtest.Docker(t)
+	p := cbuild.Build(t)
+	preload := filepath.Join(t.TempDir(), "ld.so.preload")
+	if err := os.WriteFile(preload, []byte(allocate.ContainerLibPath+"\n"+node.DriverDoublePath+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}, Mounts: []sandbox.Mount{
+		{HostPath: filepath.Join(p.Lib, "libvgpu.so"), ContainerPath: allocate.ContainerLibPath, ReadOnly: true},
+		{HostPath: filepath.Join(p.Lib, node.DriverDouble), ContainerPath: node.DriverDoublePath, ReadOnly: true},
+		{HostPath: preload, ContainerPath: allocate.ContainerPreloadPath, ReadOnly: true},
+	}}
+	for _, lib := range allocate.FakeDriverLibs {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{HostPath: filepath.Join(p.Lib, lib),
+			ContainerPath: path.Join(allocate.ContainerFakeLibDir, lib), ReadOnly: true})
+	}
+	c := sandboxtest.Start(t, b, spec)
+	// The job's shell lists the driver libraries it has mapped, then the usual probe.
+	job := `libs=$(grep -o 'libcuda.so.1\|libnvidia-ml.so.1' /proc/$$/maps | sort -u | tr '\n' ' '); ` +
+		`echo "{\"probe\":\"$libs\"}"; echo to-stderr >&2; exit 7`
+	for _, m := range launch.Methods() {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			res, err := launch.Run(ctx, c, m, job)
+			if err != nil {
+				t.Fatalf("%s with the driver preloaded: %v", m.Name, err)
+			}
+			if res.ExitCode != 7 || strings.TrimSpace(string(res.Stderr)) != "to-stderr" || res.User != m.User {
+				t.Errorf("%s: exit %d, stderr %q, user %q; want 7, to-stderr, %q", m.Name, res.ExitCode, res.Stderr, res.User, m.User)
+			}
+			if got := res.Probe["probe"]; got != "libcuda.so.1 libnvidia-ml.so.1 " {
+				t.Errorf("%s: the job's shell maps %q, want both driver libraries (the preload did not reach it)", m.Name, got)
+			}
 		})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/limitbed/limitbed/harness/matrix/node"
 )
 
 func progressLine(res Result) string {
@@ -46,6 +48,9 @@ func Markdown(rep Report) string {
 		rep.Backend, len(rep.Results), rep.Mismatch, rep.Skipped, rep.Elapsed.Seconds())
 	if rep.CoreOld != "" {
 		fmt.Fprintf(&b, "; old core: %s", rep.CoreOld)
+	}
+	if rep.CoreLink == node.LinkNoAsNeeded {
+		fmt.Fprintf(&b, "; every core as if linked -Wl,--no-as-needed (%s preloaded after it)", node.DriverDouble)
 	}
 	if rep.PluginOld != "" {
 		fmt.Fprintf(&b, "; old plugin: `%s`", rep.PluginOld)

@@ -26,6 +26,9 @@ type Runner struct {
 	Expected   Expected
 	// CoreOld replaces the hami-v2.10 core column with this libvgpu.so (a real old release).
 	CoreOld string
+	// CoreLink: node.LinkNoAsNeeded judges every core as if linked with -Wl,--no-as-needed (the
+	// driver double preloaded after it); "" or node.LinkAsNeeded: as built.
+	CoreLink string
 	// PluginOld replaces the in-process hami-v2.10 plugin profile with this plugin binary (a real old
 	// release), run against the fake kubelet and a fake API server (node.ExternalPlugin).
 	PluginOld *node.ExternalPlugin
@@ -59,6 +62,7 @@ type Result struct {
 type Report struct {
 	Backend   string        `json:"backend"`
 	CoreOld   string        `json:"core_old,omitempty"`
+	CoreLink  string        `json:"core_link,omitempty"` // no-as-needed: the driver double preloaded after every core
 	PluginOld string        `json:"plugin_old,omitempty"` // the old plugin binary and its arguments
 	Started   time.Time     `json:"started"`
 	Elapsed   time.Duration `json:"elapsed_ns"`
@@ -92,7 +96,10 @@ func (r *Runner) Run(ctx context.Context) (Report, error) {
 	if par <= 0 {
 		par = len(combos)
 	}
-	rep := Report{Backend: r.Backend.Name(), CoreOld: r.CoreOld, Started: time.Now(), Combos: combos}
+	if err := node.CheckLink(r.CoreLink); err != nil {
+		return Report{}, fmt.Errorf("matrix: %w", err)
+	}
+	rep := Report{Backend: r.Backend.Name(), CoreOld: r.CoreOld, CoreLink: r.CoreLink, Started: time.Now(), Combos: combos}
 	if r.PluginOld != nil {
 		rep.PluginOld = r.PluginOld.String()
 	}
@@ -161,7 +168,8 @@ func (r *Runner) runCombo(ctx context.Context, idx int, c Combo, methods []launc
 	}
 	cfg := node.Config{
 		Dir: dir, Artifacts: r.Artifacts, GPUProfile: r.GPUProfile,
-		Plugin: allocate.Profile(c.Plugin), Delivery: v1.LimitDelivery(c.Delivery), Core: core, Logger: log,
+		Plugin: allocate.Profile(c.Plugin), Delivery: v1.LimitDelivery(c.Delivery), Core: core, CoreLink: r.CoreLink,
+		Logger: log,
 	}
 	if c.Plugin == "hami-v2.10" && r.PluginOld != nil {
 		cfg.External = r.PluginOld

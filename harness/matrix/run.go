@@ -62,7 +62,7 @@ type Result struct {
 type Report struct {
 	Backend   string        `json:"backend"`
 	CoreOld   string        `json:"core_old,omitempty"`
-	CoreLink  string        `json:"core_link,omitempty"` // no-as-needed: the driver double preloaded after every core
+	CoreLink  string        `json:"core_link,omitempty"`  // no-as-needed: the driver double preloaded after every core
 	PluginOld string        `json:"plugin_old,omitempty"` // the old plugin binary and its arguments
 	Started   time.Time     `json:"started"`
 	Elapsed   time.Duration `json:"elapsed_ns"`

@@ -29,6 +29,9 @@ type Runner struct {
 	// CoreLink: node.LinkNoAsNeeded judges every core as if linked with -Wl,--no-as-needed (the
 	// driver double preloaded after it); "" or node.LinkAsNeeded: as built.
 	CoreLink string
+	// RequireNvidiaSMI fails a cell whose workload image has no nvidia-smi (CI=true: CI installs
+	// it); otherwise that check is skipped and the report says so.
+	RequireNvidiaSMI bool
 	// PluginOld replaces the in-process hami-v2.10 plugin profile with this plugin binary (a real old
 	// release), run against the fake kubelet and a fake API server (node.ExternalPlugin).
 	PluginOld *node.ExternalPlugin
@@ -252,13 +255,14 @@ func (r *Runner) runCell(ctx context.Context, ctr sandbox.Container, c Combo, m 
 		return res
 	}
 	res.Enforced = obs.Enforced()
-	res.Why = checks(obs, res.Expected)
+	res.Why = checks(obs, res.Expected, r.RequireNvidiaSMI)
 	res.Match = len(res.Why) == 0
 	return res
 }
 
-// checks returns the checks that disagree with the expectation.
-func checks(o Observation, enforced bool) []string {
+// checks returns the checks that disagree with the expectation. requireSMI: a cell whose image
+// has no nvidia-smi fails instead of skipping that check.
+func checks(o Observation, enforced, requireSMI bool) []string {
 	var why []string
 	if o.Refused != enforced {
 		if enforced {
@@ -272,6 +276,19 @@ func checks(o Observation, enforced bool) []string {
 			why = append(why, fmt.Sprintf("total? gpuinfo shows %d MiB, want %d", o.TotalMiB, LimitMiB))
 		} else {
 			why = append(why, fmt.Sprintf("total? gpuinfo shows the limit (%d MiB), want the card's memory", o.TotalMiB))
+		}
+	}
+	switch {
+	case o.SMIMissing && requireSMI:
+		why = append(why, "total? nvidia-smi is not in the workload image, and CI=true needs its check (scripts/nvidia-smi.sh)")
+	case o.SMIMissing:
+	case o.SMIErr != "":
+		why = append(why, fmt.Sprintf("total? nvidia-smi printed %q, not a memory total", o.SMIErr))
+	case (o.SMITotalMiB == LimitMiB) != enforced:
+		if enforced {
+			why = append(why, fmt.Sprintf("total? nvidia-smi shows %d MiB, want %d", o.SMITotalMiB, LimitMiB))
+		} else {
+			why = append(why, fmt.Sprintf("total? nvidia-smi shows the limit (%d MiB), want the card's memory", o.SMITotalMiB))
 		}
 	}
 	if o.Joined != enforced {

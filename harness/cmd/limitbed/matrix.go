@@ -90,7 +90,8 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	r := &matrix.Runner{
 		Backend: b, Artifacts: node.Artifacts{Lib: filepath.Join(*build, "lib"), Bin: filepath.Join(*build, "bin")},
 		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, CoreLink: *coreLink, PluginOld: old, Methods: ms, Parallel: *parallel,
-		Logger: env.logger, Progress: env.stderr,
+		RequireNvidiaSMI: os.Getenv("CI") == "true",
+		Logger:           env.logger, Progress: env.stderr,
 	}
 	rep, err := r.Run(ctx)
 	if err != nil {

@@ -50,7 +50,8 @@ fi
 
 # Debian's nvidia-smi (non-free), extracted into the cache and never installed (scripts/nvidia-smi.sh
 # says why): the tests that run the real nvidia-smi on fakegpu and the workload image use it.
-if ! apt-cache policy nvidia-smi 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+policy=$(apt-cache policy nvidia-smi 2>/dev/null || true) # not piped into grep -q: pipefail would see SIGPIPE
+if ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
 	enable_nonfree || true
 	apt-get update -q
 fi

@@ -182,7 +182,7 @@ func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Res
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	smi := fmt.Sprintf("if [ -x %s ]; then echo \"%s $(%s 2>&1 | tr '\\n' ' ')\"; fi", nvsmi.ContainerPath, smiTag, nvsmi.TotalsCommand(nvsmi.ContainerPath))
+	smi := fmt.Sprintf("if [ -x %s ]; then echo \"%s $(%s 2>/dev/null | tr '\\n' ' ')\"; fi", nvsmi.ContainerPath, smiTag, nvsmi.TotalsCommand(nvsmi.ContainerPath))
 	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s --mib %d; rc=$?; %s; exit $rc", cudaprobe, mib, smi))
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)

@@ -46,7 +46,8 @@ func (o Observation) Escaped() bool {
 }
 
 // jobCommand is what every cell runs through its launch method: the refused-allocation probe, the
-// NVML view (gpuinfo's, and the real nvidia-smi's where the workload image has it), then a small
+// NVML view (gpuinfo's, and the real nvidia-smi's where the workload image has it: its standard
+// output only, a library's log lines on standard error must not garble it), then a small
 // allocation held while regiondump reads the pod's region (a dead process's slot may be reclaimed
 // by the next one, so the holder must be alive). regiondump decodes limitbed's layout and upstream
 // HAMi-core's (plugin/region), so a real old core is judged too. Tools are called by absolute path:
@@ -60,7 +61,7 @@ func jobCommand(cache string) string {
 	return fmt.Sprintf(`B=%s
 echo "probe $($B/cudaprobe --mib %d)"
 echo "gpuinfo $($B/gpuinfo --json)"
-if [ -x %s ]; then echo "smi $(%s 2>&1 | tr '\n' ' ')"; else echo smi-missing; fi
+if [ -x %s ]; then echo "smi $(%s 2>/dev/null | tr '\n' ' ')"; else echo smi-missing; fi
 H=$(mktemp)
 $B/cudaprobe --mib 16 --hold 60 > "$H" &
 hp=$!

@@ -27,28 +27,13 @@ const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"
 // runs `env`; exec, bash -c, & and su (environment kept) see the variable, while su -, sudo,
 // sudo -i, runuser -l, login, ssh and cron do not. Each also checks the user the process ran as and
 // that stdout, stderr and the exit code come back. cron takes up to a minute.
+//
+// The container's ld.so.preload names libvgpu.so and then the driver double (a core linked with
+// -Wl,--no-as-needed, harness/matrix/node.DriverDouble), so every method's processes — login, sshd,
+// cron, su, sudo — load fakegpu's libcuda.so.1 and libnvidia-ml.so.1 at start and run their fork
+// handlers, and each job's shell must show both mapped. fakegpu's fork handler used to close the
+// standard input of every child forked before cuInit: login lost its terminal and its job never ran.
 func TestIntegrationLaunchEnvDocker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	t.Parallel()
-	b := sandboxtest.Docker(t)
-	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}})
-	for _, m := range launch.Methods() {
-		t.Run(m.Name, func(t *testing.T) {
-			t.Parallel()
-			checkMethod(t, c, m)
-		})
-	}
-}
-
-// TestIntegrationLaunchDriverPreloaded: every launch method works in a container whose
-// ld.so.preload names libvgpu.so and then the driver double (a core linked with
-// -Wl,--no-as-needed: every process loads fakegpu's libcuda.so.1 and libnvidia-ml.so.1 at start,
-// and their fork handlers run in login, sshd, cron, su and sudo). fakegpu's fork handler used to
-// close the standard input of every child forked before cuInit: login lost its terminal and the
-// job never ran. Each method's shell must also show both driver libraries mapped.
-func TestIntegrationLaunchDriverPreloaded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
@@ -69,22 +54,11 @@ func TestIntegrationLaunchDriverPreloaded(t *testing.T) {
 			ContainerPath: path.Join(allocate.ContainerFakeLibDir, lib), ReadOnly: true})
 	}
 	c := sandboxtest.Start(t, b, spec)
-	// The job's shell lists the driver libraries it has mapped, then the usual probe.
-	job := `libs=$(grep -o 'libcuda.so.1\|libnvidia-ml.so.1' /proc/$$/maps | sort -u | tr '\n' ' '); ` +
-		`echo "{\"probe\":\"$libs\"}"; echo to-stderr >&2; exit 7`
 	for _, m := range launch.Methods() {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			res, err := launch.Run(ctx, c, m, job)
-			if err != nil {
-				t.Fatalf("%s with the driver preloaded: %v", m.Name, err)
-			}
-			if res.ExitCode != 7 || strings.TrimSpace(string(res.Stderr)) != "to-stderr" || res.User != m.User {
-				t.Errorf("%s: exit %d, stderr %q, user %q; want 7, to-stderr, %q", m.Name, res.ExitCode, res.Stderr, res.User, m.User)
-			}
-			if got := res.Probe["probe"]; got != "libcuda.so.1 libnvidia-ml.so.1 " {
+			res := checkMethod(t, c, m)
+			if got := res.Probe["libs"]; got != "libcuda.so.1 libnvidia-ml.so.1 " {
 				t.Errorf("%s: the job's shell maps %q, want both driver libraries (the preload did not reach it)", m.Name, got)
 			}
 		})
@@ -114,11 +88,15 @@ func TestIntegrationLaunchEnvHost(t *testing.T) {
 	}
 }
 
-func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) {
+// checkMethod runs a job through m and checks what comes back; the job's probe line also lists
+// the driver libraries its shell has mapped ("libs").
+func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) launch.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := launch.Run(ctx, c, m, `echo '{"probe":"`+m.Name+`"}'; echo to-stderr >&2; exit 7`)
+	job := `libs=$(grep -o 'libcuda.so.1\|libnvidia-ml.so.1' /proc/$$/maps | sort -u | tr '\n' ' '); ` +
+		`echo "{\"probe\":\"` + m.Name + `\",\"libs\":\"$libs\"}"; echo to-stderr >&2; exit 7`
+	res, err := launch.Run(ctx, c, m, job)
 	if errors.Is(err, sandbox.ErrUnsupported) && c.Backend() == "host" {
 		// The host backend offers what this machine has installed (sudo is often absent); the
 		// workload image has every tool, so there a missing one fails the test.
@@ -141,4 +119,5 @@ func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) {
 		t.Errorf("%s: exit %d, stderr %q, probe %v; want 7, to-stderr, %q", m.Name, res.ExitCode, res.Stderr, res.Probe, m.Name)
 	}
 	t.Logf("%s: user %s, %s present %v, %d variables, %v", m.Name, res.User, limitVar, has, len(res.Env), res.Elapsed.Round(time.Millisecond))
+	return res
 }

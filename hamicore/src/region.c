@@ -5,8 +5,18 @@
  * range (released by the kernel if the creator dies); the magic is written last, so a region
  * without it is re-initialised by the next process. Slot bookkeeping runs under a process-shared
  * robust mutex inside the file (a holder that dies leaves EOWNERDEAD, which we make consistent).
- * Each live process holds an fcntl write lock on its slot's byte: F_GETLK tells any process, in
- * any PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
+ * Each live process holds a write lock on its slot's byte: F_OFD_GETLK tells any process, in any
+ * PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
+ *
+ * The descriptor is the program's to close (closefrom, a double close, dup2 over it). The locks
+ * are open-file-description locks: they last as long as the description, and the mapping holds
+ * the description open until the process dies, so closing the descriptor — or any other
+ * descriptor of the file, which drops classic POSIX locks — ends no liveness. Before the
+ * descriptor is used it is checked to still be ours (the file's device and inode, and the file
+ * position our description is parked at, LB_FD_MARK); if it is not, the file is opened again by
+ * its path and the number is left to the program: the library never asks a file of the
+ * program's who lives, nor locks or closes it. A forked child maps the file through a
+ * description of its own, so that a dead parent's lock does not live on in it.
  *
  * Library manners: no umask change (fchmod of a file we created instead), no signal handlers,
  * no exit(); every failure degrades to a private region with the process's own limits.
@@ -29,9 +39,68 @@
 struct lb_region_header *lb_region;
 _Atomic(struct lb_region_slot *) lb_region_slot;
 static int g_fd = -1;
+static dev_t g_dev; /* the file g_fd was opened on */
+static ino_t g_ino;
+static char g_path[LB_LINE_MAX]; /* to open it again; empty for the private memfd */
 static int g_slot_idx = -1;
 static pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lb_region_slot g_overflow_slot; /* all slots taken: account locally only */
+
+/* Our description's file position: nothing reads or writes through the descriptor (pread and
+ * mmap take their own offsets), so a description parked here is ours; a fresh one is at 0. */
+#define LB_FD_MARK (((off_t)1 << 30) | 0x1bed)
+
+static int fd_ours(void)
+{
+    struct stat st;
+    return g_fd >= 0 && fstat(g_fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino &&
+           lseek(g_fd, 0, SEEK_CUR) == LB_FD_MARK;
+}
+
+/* Records what fd names and parks its description at the mark; 0 or -1 (a different file). */
+static int adopt(int fd, int check)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (check && (st.st_dev != g_dev || st.st_ino != g_ino)) ||
+        lseek(fd, LB_FD_MARK, SEEK_SET) != LB_FD_MARK)
+        return -1;
+    g_dev = st.st_dev, g_ino = st.st_ino;
+    return 0;
+}
+
+/* A new description of the region's file: by its path, or for the memfd through /proc while our
+ * descriptor lives. pin: map the region through it (the description, and the locks taken through
+ * it, then last as long as the process; the old mapping's description is let go). */
+static int reopen(int pin)
+{
+    char proc[48];
+    const char *path = g_path;
+    if (!g_path[0]) {
+        if (!fd_ours())
+            return -1;
+        lb_fmt(proc, sizeof proc, "/proc/self/fd/%d", g_fd);
+        path = proc;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC | (path == g_path ? O_NOFOLLOW : 0)); /* /proc's is a link */
+    if (fd < 0)
+        return -1;
+    if (adopt(fd, 1) != 0 ||
+        (pin && mmap(lb_region, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Before any lock query or claim, under the mutex: g_fd is ours, or a new descriptor of the
+ * file, or -1 (every slot then counts as alive and none can be claimed: fail closed). While we
+ * hold a slot, the old mapping keeps our lock: the new description is only asked through. */
+static void check_fd(void)
+{
+    if (fd_ours() || g_fd < 0)
+        return;
+    g_fd = reopen(g_slot_idx < 0);
+}
 
 static int lock_byte(int cmd, short type, off_t off)
 {
@@ -47,7 +116,7 @@ static int lock_byte(int cmd, short type, off_t off)
 static int slot_alive(int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
-    if (fcntl(g_fd, F_GETLK, &fl) != 0)
+    if (fcntl(g_fd, F_OFD_GETLK, &fl) != 0)
         return 1;
     return fl.l_type != F_UNLCK;
 }
@@ -79,6 +148,7 @@ static int reclaim_locked(int *others)
     uint32_t hwm = atomic_load(&lb_region->slot_hwm);
     int n = 0;
     *others = 0;
+    check_fd();
     for (uint32_t i = 0; i < hwm && i < LB_REGION_MAX_SLOTS; i++) {
         if ((int)i == g_slot_idx || atomic_load(&s[i].state) != LB_SLOT_ACTIVE)
             continue;
@@ -144,7 +214,7 @@ struct lb_region_slot *lb_region_claim(void)
     for (int i = 0; i < LB_REGION_MAX_SLOTS; i++) {
         if (atomic_load(&s[i].state) != LB_SLOT_FREE)
             continue;
-        if (lock_byte(F_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
+        if (lock_byte(F_OFD_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
             continue; /* someone alive holds it: not ours to take */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -281,12 +351,12 @@ static struct lb_region_header *map_region(const struct lb_config *cfg, const ch
 
 static struct lb_region_header *attach(const struct lb_config *cfg, const char *path)
 {
-    if (lock_byte(F_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
+    if (adopt(g_fd, 0) != 0 || lock_byte(F_OFD_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
         LB_ERROR("%s: cannot take the creation lock (errno %d)", path, errno);
         return NULL;
     }
     struct lb_region_header *h = map_region(cfg, path);
-    lock_byte(F_SETLK, F_UNLCK, LB_REGION_LOCK_OFFSET);
+    lock_byte(F_OFD_SETLK, F_UNLCK, LB_REGION_LOCK_OFFSET);
     return h;
 }
 
@@ -301,6 +371,7 @@ void lb_region_init(const struct lb_config *cfg)
     }
     if (fd >= 0) {
         g_fd = fd;
+        lb_fmt(g_path, sizeof g_path, "%s", path);
         lb_region = attach(cfg, path);
         if (!lb_region) {
             close(fd);
@@ -315,10 +386,14 @@ void lb_region_init(const struct lb_config *cfg)
         LB_ERROR("enforcing this process's own limits without the shared usage cache; other processes of the "
                  "pod are not counted");
         g_fd = memfd_create("limitbed-usage", MFD_CLOEXEC);
+        g_path[0] = '\0';
         if (g_fd >= 0)
             lb_region = attach(cfg, "private usage region");
         if (!lb_region) {
             /* Last resort: anonymous memory, no liveness (only this process uses it). */
+            if (g_fd >= 0)
+                close(g_fd);
+            g_fd = -1;
             void *p = mmap(NULL, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             if (p != MAP_FAILED) {
                 lb_region = p;
@@ -334,14 +409,29 @@ void lb_region_init(const struct lb_config *cfg)
 }
 
 /* fork: the claim lock is held across it, so the child never inherits it locked by a thread
- * that does not exist there. fcntl locks are not inherited: the child has no slot until it
- * claims one. */
+ * that does not exist there. The child has no slot until it claims one, and shares its parent's
+ * description (and through it the parent's lock) until it maps the region through one of its
+ * own: then its slot lock is its own, and the parent's ends with the parent. When that fails the
+ * child keeps sharing it: both read as alive while either lives (an over-count, never an
+ * under-count). */
+static void own_description(void)
+{
+    if (!lb_region || g_fd < 0)
+        return;
+    int mine = fd_ours(), fd = reopen(1);
+    if (fd < 0)
+        return;
+    if (mine)
+        close(g_fd); /* the child's copy of the parent's descriptor */
+    g_fd = fd;
+}
 static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
 void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    own_description();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
 /* The forking thread holds the claim lock (prepare): in the child it is that thread's to unlock. */
@@ -349,6 +439,7 @@ static void fork_child(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    own_description();
     pthread_mutex_unlock(&g_claim_lock);
 }
 static void __attribute__((constructor(101))) region_register_fork(void)

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,27 +95,16 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	return nil
 }
 
-// LockValue is the lock annotation's value for pod at t.
+// LockValue is the lock annotation's value for pod at t (the format's owner is plugin/annotations).
 func LockValue(t time.Time, pod *corev1.Pod) string {
-	return t.UTC().Format(time.RFC3339) + "," + pod.Namespace + "," + pod.Name
+	return annotations.FormatNodeLock(t, pod.Namespace, pod.Name)
 }
 
 // ParseLock splits a lock value into its time and owner; a value without an owner (the legacy
 // timestamp-only format) has empty namespace and name.
 func ParseLock(v string) (t time.Time, namespace, name string, err error) {
-	parts := strings.Split(v, ",")
-	switch len(parts) {
-	case 1:
-	case 3:
-		namespace, name = parts[1], parts[2]
-	default:
-		return time.Time{}, "", "", fmt.Errorf("node lock %q: want <RFC3339>,<namespace>,<name>", v)
-	}
-	t, err = time.Parse(time.RFC3339, parts[0])
-	if err != nil {
-		return time.Time{}, "", "", fmt.Errorf("node lock %q: %w", v, err)
-	}
-	return t, namespace, name, nil
+	h, err := annotations.ParseNodeLock(v)
+	return h.Time, h.Namespace, h.Name, err
 }
 
 // Lock takes node's lock for pod. A lock held by another pod is waited for (up to wait, default

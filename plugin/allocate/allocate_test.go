@@ -159,10 +159,16 @@ func TestAllocateVariants(t *testing.T) {
 			wantNoFile: true,
 		},
 		{
-			name:       "MIG mode",
-			opts:       func(o *Options) { o.OperatingMode = v1.OperatingModeMIG },
-			req:        mkReq("u4", "c", nil, devA),
-			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"},
+			// The device is the kubelet's (the device table's UUIDs), never
+			// the placement's GPU-a.
+			name: "MIG mode",
+			opts: func(o *Options) { o.OperatingMode = v1.OperatingModeMIG },
+			req: func() Request {
+				r := mkReq("u4", "c", nil, devA)
+				r.DeviceIDs, r.UUIDs = []string{"MIG-7"}, []string{"MIG-7"}
+				return r
+			}(),
+			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-7"},
 			noEnv:      []string{"CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload", "/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu"},
 			wantNoFile: true,
@@ -170,7 +176,7 @@ func TestAllocateVariants(t *testing.T) {
 		{
 			name: "MIG device IDs",
 			req: Request{Pod: mkReq("u5", "c", nil).Pod, Container: &corev1.Container{Name: "c"},
-				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
+				DeviceIDs: []string{"MIG-1234"}, UUIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
 			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1234"},
 			noEnv:      []string{"CUDA_DEVICE_SM_LIMIT"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload"},
@@ -533,5 +539,34 @@ func TestAllocateTooManyDevices(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%d devices: a limits file was written (%v)", n, err)
 		}
+	}
+}
+
+// The device identities come from the device table: a MIG request without
+// them, or a placement naming other GPUs than the kubelet allocated, is
+// refused rather than delivered.
+func TestAllocateDeviceIdentities(t *testing.T) {
+	a, err := New(Options{HookPath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := mkReq("u9", "c", nil)
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		wantErr string
+	}{
+		{"MIG without the table's identities", Request{Pod: base.Pod, DeviceIDs: []string{"MIG-1"}, MIG: true}, "without the device table's identities"},
+		{"placement on another GPU", func() Request {
+			r := mkReq("u9", "c", nil, devA)
+			r.DeviceIDs, r.UUIDs = []string{"GPU-b-0"}, []string{"GPU-b"}
+			return r
+		}(), "the placement names [GPU-a], but the kubelet allocated [GPU-b]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := a.Allocate(tc.req); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

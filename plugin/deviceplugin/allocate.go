@@ -34,7 +34,6 @@ const (
 // the kubelet waits for Allocate without a deadline of its own.
 const DefaultAPITimeout = 10 * time.Second
 
-
 // Allocate hands the kubelet's call the placement of the pod the scheduler's
 // node lock names, after holding it to the kubelet's devices and to the
 // pod's own requests (see docs/trust-model.md). It takes no lock across API

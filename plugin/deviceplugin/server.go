@@ -73,9 +73,9 @@ type Options struct {
 	// (what a placement may give at most) is its memory times this; 0 means 1.
 	MemoryScaling float64
 	Allocator     *allocate.Allocator
-	Delivery           delivery.Layers
-	Recorder           delivery.EventRecorder // may be nil
-	Logger             klog.Logger
+	Delivery      delivery.Layers
+	Recorder      delivery.EventRecorder // may be nil
+	Logger        klog.Logger
 }
 
 // Plugin is one device plugin instance: one socket, one resource.

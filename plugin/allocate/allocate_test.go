@@ -340,6 +340,11 @@ func TestPathSafety(t *testing.T) {
 	cases := []struct{ uid, ctr string }{
 		{"", "c"}, {"u", ""}, {"..", "c"}, {"u", ".."}, {".", "c"}, {"u/../../etc", "c"}, {"u", "a/b"},
 		{"u\x00", "c"}, {"u", "c\x00"}, {"a_b", "c"}, {"u", `a\b`}, {".hidden", "c"}, {strings.Repeat("u", 300), "c"},
+		// What reaches a path, a file name and a metric label is what the
+		// API server itself accepts: a UID of letters, digits and '-', a
+		// container name that is a DNS label.
+		{"u", "Main"}, {"u", "c\n"}, {"u v", "c"}, {"u", "c d"}, {"\xff", "c"}, {"u", "\xffc"}, {"u", strings.Repeat("c", 64)},
+		{"u", "c.d"}, {"u", "-c"}, {"u=1", "c"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%q/%q", tc.uid, tc.ctr), func(t *testing.T) {

@@ -27,10 +27,10 @@ import (
 
 // NodeLock is the node annotation HAMi's scheduler locks a node with while one pod's devices are
 // being allocated there: "<RFC3339 time>,<namespace>,<pod name>".
-const NodeLock = "hami.io/mutex.lock"
+const NodeLock = annotations.NodeLock
 
 // VGPUTime is the pod annotation with the scheduling decision's unix time.
-const VGPUTime = "hami.io/vgpu-time"
+const VGPUTime = annotations.VGPUTime
 
 // LockExpiry is how long a lock holds before any scheduler may break it (HAMi's default).
 const LockExpiry = 5 * time.Minute

@@ -42,6 +42,10 @@ type Options struct {
 	// NoBinding leaves out the pods/binding call: the pod already names its node (an API server
 	// without the binding subresource, as harness/fakeapi).
 	NoBinding bool
+	// BeforeBinding, when set, runs after the placement and the bind phase are written, with the
+	// node lock held, and before the binding: what may happen between a scheduler's decision and
+	// the kubelet's admission (a test of the plugin's trust model). Its error fails the Bind.
+	BeforeBinding func(ctx context.Context) error
 }
 
 // Bind places pod on node with devs (one entry per container, init containers first): it takes the
@@ -81,6 +85,11 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	bind := map[string]any{annotations.BindPhase: string(annotations.PhaseAllocating), annotations.BindTime: now}
 	if err := patchPod(ctx, kube, pod, bind); err != nil {
 		return fmt.Errorf("bind phase: %w", err)
+	}
+	if opts.BeforeBinding != nil {
+		if err := opts.BeforeBinding(ctx); err != nil {
+			return fmt.Errorf("before binding: %w", err)
+		}
 	}
 	if opts.NoBinding {
 		return nil

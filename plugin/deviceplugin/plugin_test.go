@@ -37,7 +37,7 @@ import (
 const node = "n1"
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	kl     *fakekubelet.Kubelet
 	kube   *fake.Clientset      // setup's fake clientset (nil with setupKube)
@@ -98,7 +98,7 @@ func setup(t *testing.T, mod func(*deviceplugin.Options, *allocate.Options), obj
 }
 
 // setupKube is setup against any API server client (e.g. harness/fakeapi's).
-func setupKube(t *testing.T, mod func(*deviceplugin.Options, *allocate.Options), kube kubernetes.Interface) *env {
+func setupKube(t testing.TB, mod func(*deviceplugin.Options, *allocate.Options), kube kubernetes.Interface) *env {
 	t.Helper()
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(tctx)

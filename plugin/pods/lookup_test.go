@@ -87,6 +87,11 @@ func TestPlacement(t *testing.T) {
 			p.Annotations[annotations.VGPUNode] = "n2"
 			return p
 		}()}, refusal: `vgpu-node is "n2"`},
+		{name: "lock's pod already failed by the kubelet", objs: []runtime.Object{lockedNode("default", "p"), func() *corev1.Pod {
+			p := mkPod("p", "n1", "allocating", "1")
+			p.Status.Phase = corev1.PodFailed
+			return p
+		}()}, refusal: "it is over (phase Failed)"},
 		{name: "lock's pod without bind time", objs: []runtime.Object{lockedNode("default", "p"), mkPod("p", "n1", "allocating", "")},
 			refusal: "no usable hami.io/bind-time"},
 		{name: "unparsable lock", objs: []runtime.Object{lockedNode("default", "p/../x"), mkPod("p", "n1", "allocating", "1")},

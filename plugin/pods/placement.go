@@ -96,6 +96,9 @@ func (c *Client) placed(p *corev1.Pod) string {
 	switch {
 	case p.DeletionTimestamp != nil:
 		return "it is being deleted"
+	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		// The kubelet ended it (e.g. refused its admission): a later call is another pod's.
+		return fmt.Sprintf("it is over (phase %s)", p.Status.Phase)
 	case annotations.Phase(a[annotations.BindPhase]) != annotations.PhaseAllocating:
 		return fmt.Sprintf("its %s is %q, not %q", annotations.BindPhase, a[annotations.BindPhase], annotations.PhaseAllocating)
 	case a[annotations.VGPUNode] != c.NodeName:

@@ -200,6 +200,10 @@ func TestKindTrapPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := fmt.Sprintf("%s/containers/%s_main", vgpuDir, p.UID)
+	wantRefused(t, "exec", probe(t, victim, "exec", 4096), 1000) // its first CUDA process creates usage.cache
+	if out, err := e.c.NodeExec(ctx, node, "test", "-f", dir+"/usage.cache"); err != nil {
+		t.Fatalf("the victim's usage region %s on %s: %v %s", dir, node, err, out)
+	}
 	if err := e.c.DeletePod(ctx, ns, "trap"); err != nil {
 		t.Fatal(err)
 	}

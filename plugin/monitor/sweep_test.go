@@ -229,29 +229,23 @@ func TestSweepRemovesADeepTree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(host, "shadow"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// 400 levels, a link to the host directory on every tenth: deeper than 32 descriptors.
 	deep := filepath.Join(dir, "dead_main")
-	if err := os.MkdirAll(deep, 0o777); err != nil {
+	p := deep
+	for i := range 400 {
+		p = filepath.Join(p, "d")
+		if i%10 == 0 {
+			if err := os.MkdirAll(p, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(host, filepath.Join(p, "link")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.MkdirAll(p, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := unix.Open(deep, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 400 {
-		if err := unix.Symlinkat(host, cur, "link"); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mkdirat(cur, "d", 0o777); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(cur, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(cur)
-		cur = next
-	}
-	unix.Close(cur)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSweepRemovesADeepTree$")
 	cmd.Env = append(os.Environ(), "MONITOR_DEEP_DIR="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {

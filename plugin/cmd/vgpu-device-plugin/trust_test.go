@@ -67,12 +67,7 @@ func startWorld(t *testing.T, kubeconfig string, args ...string) *world {
 			t.Fatal(err)
 		}
 	}
-	dir := fakekubelet.ShortTempDir(t)
-	kl, err := fakekubelet.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kl.Stop)
+	kl, dir := startKubelet(t)
 	tmp := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(w.hook, "vgpu", "containers"), 0o755); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -56,9 +57,13 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	}
 	for {
 		resp, err := p.allocateOnce(ctx, reqs)
-		// Another call changed the pod first: read it again, until the
-		// call's deadline.
+		// Another call changed the pod first: read it again, after a short
+		// random pause so racing calls spread out, until the call's deadline.
 		if errors.Is(err, pods.ErrConflict) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(1+rand.IntN(10)) * time.Millisecond):
+			}
 			continue
 		}
 		if err != nil {

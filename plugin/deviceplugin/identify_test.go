@@ -5,13 +5,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/limitbed/limitbed/harness/fakeapi"
+	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/deviceplugin"
 )
 
 // The pod is the one the scheduler's node lock names; kubelet's devices must
@@ -108,7 +111,9 @@ func TestConcurrentAllocatesClaimEachEntryOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := setupKube(t, nil, kube)
+	// Every round of the race has one winner and redoes the others' host files: a generous
+	// deadline, so a loaded CI machine under -race judges correctness, not speed.
+	e := setupKube(t, func(o *deviceplugin.Options, _ *allocate.Options) { o.APITimeout = 2 * time.Minute }, kube)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {

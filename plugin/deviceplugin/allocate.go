@@ -103,7 +103,6 @@ func (p *Plugin) allocateOnce(ctx context.Context, reqs []request) (*pluginapi.A
 	if err != nil {
 		return nil, p.refuse(ctx, log, pod, ReasonPlacementRefused, err)
 	}
-	delivery.ReportIgnored(log, p.opts.Recorder, pod, decision)
 
 	resp := &pluginapi.AllocateResponse{}
 	p.filesMu.Lock() // host side effects only: never held across an API call
@@ -128,6 +127,9 @@ func (p *Plugin) allocateOnce(ctx context.Context, reqs []request) (*pluginapi.A
 			}
 		}
 	}
+	// Reported once the call stands (a call read again after a conflict
+	// would report it twice).
+	delivery.ReportIgnored(log, p.opts.Recorder, pod, decision)
 	for _, s := range plan.steps {
 		if s.req.Container != nil {
 			log.Info("Allocated", "container", s.req.Container.Name, "devices", s.req.DeviceIDs,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -574,4 +575,25 @@ func TestAllocateDeviceIdentities(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseContainerKey: a name that parses is one ContainerKey makes from
+// its parts, and no part can leave the containers directory or be split
+// elsewhere.
+func FuzzParseContainerKey(f *testing.F) {
+	for _, s := range []string{"3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a_main", "uid_c_d", "_main", "u_", "u_..", "u_Main", "u\xff_c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		uid, ctr, err := ParseContainerKey(s)
+		if err != nil {
+			return
+		}
+		if k, err := ContainerKey(uid, ctr); err != nil || k != s {
+			t.Fatalf("%q parsed to %q/%q, which makes %q (%v)", s, uid, ctr, k, err)
+		}
+		if strings.ContainsAny(uid+ctr, "/\\\x00._\n ") || !utf8.ValidString(s) {
+			t.Fatalf("%q accepted", s)
+		}
+	})
 }

@@ -32,8 +32,8 @@ func loadChart(t *testing.T) *chart.Chart {
 	return c
 }
 
-// renderErr renders the chart as `helm install --dry-run` without a cluster does.
-func renderErr(t *testing.T, values map[string]any) (rendered, error) {
+// manifestErr renders the chart as `helm install --dry-run` without a cluster does.
+func manifestErr(t *testing.T, values map[string]any) (string, error) {
 	t.Helper()
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
@@ -41,11 +41,37 @@ func renderErr(t *testing.T, values map[string]any) (rendered, error) {
 	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 	rel, err := inst.Run(loadChart(t), values)
 	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// manifests are the rendered documents.
+func manifests(t *testing.T, values map[string]any) []string {
+	t.Helper()
+	m, err := manifestErr(t, values)
+	if err != nil {
+		t.Fatalf("render chart: %v", err)
+	}
+	var docs []string
+	for _, doc := range strings.Split(m, "\n---") {
+		if strings.TrimSpace(doc) != "" {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
+}
+
+// renderErr renders the chart and picks the DaemonSet and the ConfigMap.
+func renderErr(t *testing.T, values map[string]any) (rendered, error) {
+	t.Helper()
+	manifest, err := manifestErr(t, values)
+	if err != nil {
 		return rendered{}, err
 	}
 	var r rendered
 	dec := scheme.Codecs.UniversalDeserializer()
-	for _, doc := range strings.Split(rel.Manifest, "\n---") {
+	for _, doc := range strings.Split(manifest, "\n---") {
 		if strings.TrimSpace(doc) == "" {
 			continue
 		}
@@ -61,7 +87,7 @@ func renderErr(t *testing.T, values map[string]any) (rendered, error) {
 		}
 	}
 	if r.ds == nil || r.cm == nil {
-		t.Fatalf("rendered chart lacks the DaemonSet or the ConfigMap:\n%s", rel.Manifest)
+		t.Fatalf("rendered chart lacks the DaemonSet or the ConfigMap:\n%s", manifest)
 	}
 	return r, nil
 }

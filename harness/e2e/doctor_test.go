@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/limitbed/limitbed/harness/doctor"
 	"github.com/limitbed/limitbed/harness/kindcluster"
@@ -199,10 +201,7 @@ func bypassPod(t *testing.T, e *testEnv, worker int) *kindcluster.PodContainer {
 	grace := int64(1)
 	enc := annotations.PodDevices{{{UUID: e.gpuUUID, Type: "NVIDIA", UsedMem: 3000}}}.Encode()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Annotations: map[string]string{
-			annotations.DevicesAllocated: enc, annotations.VGPUNode: e.c.Worker(worker),
-			annotations.BindPhase: string(annotations.PhaseSuccess),
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
 		Spec: corev1.PodSpec{
 			NodeName:                      e.c.Worker(worker),
 			TerminationGracePeriodSeconds: &grace,
@@ -211,6 +210,14 @@ func bypassPod(t *testing.T, e *testEnv, worker int) *kindcluster.PodContainer {
 	}
 	if _, err := e.c.Kube.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
+	}
+	// Placement annotations are the scheduler's to write (the chart's admission policy).
+	place, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		annotations.DevicesAllocated: enc, annotations.VGPUNode: e.c.Worker(worker),
+		annotations.BindPhase: string(annotations.PhaseSuccess),
+	}}})
+	if _, err := e.c.Scheduler.CoreV1().Pods(testNamespace).Patch(ctx, name, types.MergePatchType, place, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("place pod %s as the scheduler: %v", name, err)
 	}
 	t.Cleanup(func() {
 		if err := e.c.DeletePod(context.WithoutCancel(ctx), testNamespace, name); err != nil {

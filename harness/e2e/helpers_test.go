@@ -155,7 +155,7 @@ func gpuPodSpec(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB 
 		}
 	})
 	devs := annotations.PodDevices{{{UUID: uuid, Type: "NVIDIA", UsedMem: memMiB, UsedCores: 0}}}
-	if err := kindcluster.Bind(ctx, e.c.Kube, created, node, devs); err != nil {
+	if err := kindcluster.Bind(ctx, e.c.Scheduler, created, node, devs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.WaitPodRunning(ctx, testNamespace, name, 2*time.Minute); err != nil {

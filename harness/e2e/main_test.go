@@ -208,7 +208,10 @@ func chartValues(global string, envOverride bool) map[string]any {
 		"devicePlugin": map[string]any{
 			"limitDelivery": global, "allowPodLimitDeliveryOverride": true, "privileged": false, "verbosity": 4,
 		},
-		"monitor":    map[string]any{"gracePeriod": "5s", "sweepInterval": "2s"},
+		"monitor": map[string]any{"gracePeriod": "5s", "sweepInterval": "2s"},
+		// Namespaces labelled placementPolicyLabel=off stand for a cluster without the admission policy (trust_test.go).
+		"admissionPolicy": map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{
+			map[string]any{"key": placementPolicyLabel, "operator": "NotIn", "values": []any{"off"}}}}},
 		"nodeConfig": nodeConfig,
 		"fakeDriver": map[string]any{"enabled": true, "profile": fakeProfile,
 			"nodeProfiles": []any{map[string]any{"name": migNode, "profile": migProfile}}},

@@ -2,6 +2,7 @@ package fakeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -443,8 +444,9 @@ func TestNodeLockConcurrency(t *testing.T) {
 	}
 }
 
-// TestPluginPodsClient: the plugin's own pod client (plugin/pods) finds the pending pod through the
-// field selector and drives it to bind-phase=success, exactly as in Allocate.
+// TestPluginPodsClient: the plugin's own pod client (plugin/pods) finds the pod the node lock names
+// through the field selector and claims its entry with the resourceVersion read (bind-phase=success
+// in the same patch), exactly as in Allocate; a claim on a stale version is a conflict.
 func TestPluginPodsClient(t *testing.T) {
 	s, kube := start(t)
 	ctx := context.Background()
@@ -458,17 +460,21 @@ func TestPluginPodsClient(t *testing.T) {
 	if err := s.AddPod(p); err != nil {
 		t.Fatal(err)
 	}
+	lock := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annotations.NodeLock, annotations.FormatNodeLock(time.Now(), "default", "gpu"))
+	if _, err := kube.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(lock), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	c := &pods.Client{Kube: kube, NodeName: "node-a"}
-	cands, err := c.PendingPods(ctx)
-	if err != nil || len(cands) != 1 || cands[0].Name != "gpu" {
-		t.Fatalf("PendingPods = %v, %v", cands, err)
+	pl, err := c.Placement(ctx, "nvidia.com/gpu")
+	if err != nil || pl.Pod == nil || pl.Pod.Name != "gpu" {
+		t.Fatalf("Placement = %+v, %v", pl, err)
 	}
-	got := cands[0]
-	if err := c.SetDevicesToAllocate(ctx, got, annotations.PodDevices{{}}); err != nil {
+	got := pl.Pod
+	if err := c.Claim(ctx, got, annotations.PodDevices{{}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.MarkSuccessIfDone(ctx, got); err != nil {
-		t.Fatal(err)
+	if err := c.Claim(ctx, got, annotations.PodDevices{{}}); !errors.Is(err, pods.ErrConflict) {
+		t.Fatalf("a second claim on the version read: %v, want a conflict", err)
 	}
 	stored, _ := s.Pod("default", "gpu")
 	if ph := stored.Annotations[annotations.BindPhase]; ph != string(annotations.PhaseSuccess) {

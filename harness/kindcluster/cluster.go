@@ -35,6 +35,9 @@ type Cluster struct {
 	Image      NodeImage
 	Kube       kubernetes.Interface
 	REST       *rest.Config
+	// Scheduler acts as the HAMi scheduler's service account (SchedulerUser): the only identity,
+	// besides the device plugin's, the chart's admission policy lets write placement annotations.
+	Scheduler kubernetes.Interface
 
 	provider *cluster.Provider
 	logger   *slog.Logger
@@ -78,6 +81,9 @@ func Create(ctx context.Context, logger *slog.Logger, o Options) (*Cluster, erro
 	c.REST.QPS, c.REST.Burst = 50, 100
 	if c.Kube, err = kubernetes.NewForConfig(c.REST); err != nil {
 		return c, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if c.Scheduler, err = schedulerIdentity(ctx, c.Kube, c.REST); err != nil {
+		return c, err
 	}
 	return c, nil
 }

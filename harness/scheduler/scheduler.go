@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +27,10 @@ import (
 
 // NodeLock is the node annotation HAMi's scheduler locks a node with while one pod's devices are
 // being allocated there: "<RFC3339 time>,<namespace>,<pod name>".
-const NodeLock = "hami.io/mutex.lock"
+const NodeLock = annotations.NodeLock
 
 // VGPUTime is the pod annotation with the scheduling decision's unix time.
-const VGPUTime = "hami.io/vgpu-time"
+const VGPUTime = annotations.VGPUTime
 
 // LockExpiry is how long a lock holds before any scheduler may break it (HAMi's default).
 const LockExpiry = 5 * time.Minute
@@ -43,6 +42,10 @@ type Options struct {
 	// NoBinding leaves out the pods/binding call: the pod already names its node (an API server
 	// without the binding subresource, as harness/fakeapi).
 	NoBinding bool
+	// BeforeBinding, when set, runs after the placement and the bind phase are written, with the
+	// node lock held, and before the binding: what may happen between a scheduler's decision and
+	// the kubelet's admission (a test of the plugin's trust model). Its error fails the Bind.
+	BeforeBinding func(ctx context.Context) error
 }
 
 // Bind places pod on node with devs (one entry per container, init containers first): it takes the
@@ -83,6 +86,11 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	if err := patchPod(ctx, kube, pod, bind); err != nil {
 		return fmt.Errorf("bind phase: %w", err)
 	}
+	if opts.BeforeBinding != nil {
+		if err := opts.BeforeBinding(ctx); err != nil {
+			return fmt.Errorf("before binding: %w", err)
+		}
+	}
 	if opts.NoBinding {
 		return nil
 	}
@@ -96,27 +104,16 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	return nil
 }
 
-// LockValue is the lock annotation's value for pod at t.
+// LockValue is the lock annotation's value for pod at t (the format's owner is plugin/annotations).
 func LockValue(t time.Time, pod *corev1.Pod) string {
-	return t.UTC().Format(time.RFC3339) + "," + pod.Namespace + "," + pod.Name
+	return annotations.FormatNodeLock(t, pod.Namespace, pod.Name)
 }
 
 // ParseLock splits a lock value into its time and owner; a value without an owner (the legacy
 // timestamp-only format) has empty namespace and name.
 func ParseLock(v string) (t time.Time, namespace, name string, err error) {
-	parts := strings.Split(v, ",")
-	switch len(parts) {
-	case 1:
-	case 3:
-		namespace, name = parts[1], parts[2]
-	default:
-		return time.Time{}, "", "", fmt.Errorf("node lock %q: want <RFC3339>,<namespace>,<name>", v)
-	}
-	t, err = time.Parse(time.RFC3339, parts[0])
-	if err != nil {
-		return time.Time{}, "", "", fmt.Errorf("node lock %q: %w", v, err)
-	}
-	return t, namespace, name, nil
+	h, err := annotations.ParseNodeLock(v)
+	return h.Time, h.Namespace, h.Name, err
 }
 
 // Lock takes node's lock for pod. A lock held by another pod is waited for (up to wait, default

@@ -183,21 +183,3 @@ func TestBindNoBinding(t *testing.T) {
 		t.Fatalf("lock %q: %s/%s %v", n.Annotations[NodeLock], ns, name, err)
 	}
 }
-
-func FuzzParseLock(f *testing.F) {
-	for _, s := range []string{"2026-01-01T00:00:00Z,default,p", "2026-01-01T00:00:00Z", ",,", "x,y", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		tm, ns, name, err := ParseLock(s)
-		if err != nil {
-			return
-		}
-		if name != "" {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			if v := LockValue(tm, p); !strings.HasSuffix(v, ","+ns+","+name) {
-				t.Fatalf("LockValue(ParseLock(%q)) = %q", s, v)
-			}
-		}
-	})
-}

@@ -192,8 +192,9 @@ func cmdMonitor(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	}
 	dir := allocate.ContainersDir(st.node.HookPath)
+	// No grace: one sweep removes what it finds dead (the grace is measured between sweeps).
 	s := &monitor.Sweeper{Dir: dir, API: &monitor.APIPods{Kube: st.node.Kube(), NodeName: node.Name},
-		Grace: time.Nanosecond, Logger: logr.FromSlogHandler(st.logger.Handler())}
+		Logger: logr.FromSlogHandler(st.logger.Handler())}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := s.Sweep(ctx)

@@ -9,6 +9,7 @@ package allocate
 import (
 	"crypto/rand"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -108,6 +109,10 @@ type Request struct {
 	Devices annotations.ContainerDevices
 	// DeviceIDs are the IDs kubelet asked for.
 	DeviceIDs []string
+	// UUIDs are the GPUs or MIG devices behind DeviceIDs, from the plugin's
+	// device table. NVIDIA_VISIBLE_DEVICES names them; Devices must name the
+	// same GPUs. Never taken from a placement.
+	UUIDs []string
 	// Delivery is the resolved limitDelivery (see package delivery).
 	Delivery v1.LimitDelivery
 	// MIG is set when the caller's device table says DeviceIDs are MIG
@@ -142,12 +147,12 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	// are not scheduled by HAMi and have no container entry.
 	if a.IsMIG(req) {
 		// MIG isolation is the hardware's: no HAMi variables, no libvgpu or
-		// preload, hence nothing to write.
-		ids := req.DeviceIDs
-		if len(req.Devices) > 0 {
-			ids = uuids(req.Devices)
+		// preload, hence nothing to write. The device is the kubelet's, as
+		// the device table names it; a placement never chooses it.
+		if len(req.UUIDs) == 0 || len(req.UUIDs) != len(req.DeviceIDs) {
+			return nil, fmt.Errorf("MIG request for %v without the device table's identities of those devices", req.DeviceIDs)
 		}
-		resp.Envs[EnvVisibleDevices] = visibleDevices(ids)
+		resp.Envs[EnvVisibleDevices] = visibleDevices(req.UUIDs)
 		a.fakeDriverMounts(resp)
 		return resp, nil
 	}
@@ -161,6 +166,9 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	if len(req.Devices) > MaxDevices {
 		return nil, fmt.Errorf("%d devices in one container, but libvgpu.so limits at most %d (CUDA_DEVICE_MEMORY_LIMIT_0..%d): devices past that would run unlimited; ask for at most %d",
 			len(req.Devices), MaxDevices, MaxDevices-1, MaxDevices)
+	}
+	if req.UUIDs != nil && !sameGPUs(uuids(req.Devices), req.UUIDs) {
+		return nil, fmt.Errorf("the placement names %v, but the kubelet allocated %v: refusing another GPU", uuids(req.Devices), req.UUIDs)
 	}
 	key, err := ContainerKey(string(req.Pod.UID), req.Container.Name)
 	if err != nil {
@@ -206,6 +214,14 @@ func randomUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// sameGPUs reports whether a and b name the same devices as many times.
+func sameGPUs(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 func uuids(devs annotations.ContainerDevices) []string {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,10 +160,16 @@ func TestAllocateVariants(t *testing.T) {
 			wantNoFile: true,
 		},
 		{
-			name:       "MIG mode",
-			opts:       func(o *Options) { o.OperatingMode = v1.OperatingModeMIG },
-			req:        mkReq("u4", "c", nil, devA),
-			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"},
+			// The device is the kubelet's (the device table's UUIDs), never
+			// the placement's GPU-a.
+			name: "MIG mode",
+			opts: func(o *Options) { o.OperatingMode = v1.OperatingModeMIG },
+			req: func() Request {
+				r := mkReq("u4", "c", nil, devA)
+				r.DeviceIDs, r.UUIDs = []string{"MIG-7"}, []string{"MIG-7"}
+				return r
+			}(),
+			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-7"},
 			noEnv:      []string{"CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload", "/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu"},
 			wantNoFile: true,
@@ -170,7 +177,7 @@ func TestAllocateVariants(t *testing.T) {
 		{
 			name: "MIG device IDs",
 			req: Request{Pod: mkReq("u5", "c", nil).Pod, Container: &corev1.Container{Name: "c"},
-				DeviceIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
+				DeviceIDs: []string{"MIG-1234"}, UUIDs: []string{"MIG-1234"}, Delivery: v1.LimitDeliveryFile, MIG: true},
 			wantEnv:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "MIG-1234"},
 			noEnv:      []string{"CUDA_DEVICE_SM_LIMIT"},
 			noMounts:   []string{"/overrideEnv", "/etc/ld.so.preload"},
@@ -334,6 +341,11 @@ func TestPathSafety(t *testing.T) {
 	cases := []struct{ uid, ctr string }{
 		{"", "c"}, {"u", ""}, {"..", "c"}, {"u", ".."}, {".", "c"}, {"u/../../etc", "c"}, {"u", "a/b"},
 		{"u\x00", "c"}, {"u", "c\x00"}, {"a_b", "c"}, {"u", `a\b`}, {".hidden", "c"}, {strings.Repeat("u", 300), "c"},
+		// What reaches a path, a file name and a metric label is what the
+		// API server itself accepts: a UID of letters, digits and '-', a
+		// container name that is a DNS label.
+		{"u", "Main"}, {"u", "c\n"}, {"u v", "c"}, {"u", "c d"}, {"\xff", "c"}, {"u", "\xffc"}, {"u", strings.Repeat("c", 64)},
+		{"u", "c.d"}, {"u", "-c"}, {"u=1", "c"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%q/%q", tc.uid, tc.ctr), func(t *testing.T) {
@@ -534,4 +546,54 @@ func TestAllocateTooManyDevices(t *testing.T) {
 			t.Fatalf("%d devices: a limits file was written (%v)", n, err)
 		}
 	}
+}
+
+// The device identities come from the device table: a MIG request without
+// them, or a placement naming other GPUs than the kubelet allocated, is
+// refused rather than delivered.
+func TestAllocateDeviceIdentities(t *testing.T) {
+	a, err := New(Options{HookPath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := mkReq("u9", "c", nil)
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		wantErr string
+	}{
+		{"MIG without the table's identities", Request{Pod: base.Pod, DeviceIDs: []string{"MIG-1"}, MIG: true}, "without the device table's identities"},
+		{"placement on another GPU", func() Request {
+			r := mkReq("u9", "c", nil, devA)
+			r.DeviceIDs, r.UUIDs = []string{"GPU-b-0"}, []string{"GPU-b"}
+			return r
+		}(), "the placement names [GPU-a], but the kubelet allocated [GPU-b]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := a.Allocate(tc.req); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// FuzzParseContainerKey: a name that parses is one ContainerKey makes from
+// its parts, and no part can leave the containers directory or be split
+// elsewhere.
+func FuzzParseContainerKey(f *testing.F) {
+	for _, s := range []string{"3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a_main", "uid_c_d", "_main", "u_", "u_..", "u_Main", "u\xff_c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		uid, ctr, err := ParseContainerKey(s)
+		if err != nil {
+			return
+		}
+		if k, err := ContainerKey(uid, ctr); err != nil || k != s {
+			t.Fatalf("%q parsed to %q/%q, which makes %q (%v)", s, uid, ctr, k, err)
+		}
+		if strings.ContainsAny(uid+ctr, "/\\\x00._\n ") || !utf8.ValidString(s) {
+			t.Fatalf("%q accepted", s)
+		}
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/limitbed/limitbed/plugin/internal/safefile"
 )
 
 // libraryMounts adds libvgpu.so and, unless the container disabled control,
@@ -21,9 +23,11 @@ func (a *Allocator) libraryMounts(resp *pluginapi.ContainerAllocateResponse, p h
 // cacheDirMount recreates the per-container directory (a stale usage.cache
 // from an earlier allocation must not carry over) and mounts it read-write
 // at /usr/local/vgpu. Runtimes apply mounts parent first, so the read-only
-// libvgpu.so file mount lands on top of it, as upstream relies on.
+// libvgpu.so file mount lands on top of it, as upstream relies on. An earlier
+// allocation's directory is the container's to have shaped: it is removed
+// without following links, with bounded descriptors at any depth.
 func (a *Allocator) cacheDirMount(resp *pluginapi.ContainerAllocateResponse, p hostPaths) error {
-	if err := os.RemoveAll(p.cacheDir); err != nil {
+	if err := safefile.RemoveTree(p.cacheDir); err != nil {
 		return fmt.Errorf("remove cache dir %s: %w", p.cacheDir, err)
 	}
 	if err := os.MkdirAll(p.cacheDir, 0o777); err != nil {

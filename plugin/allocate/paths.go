@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -56,33 +58,50 @@ func (a *Allocator) paths(key string) hostPaths {
 }
 
 // ContainerKey returns "<podUID>_<container>", the name of the per-container
-// directory, after checking that neither part can escape the containers
-// directory or be mistaken for another entry: no empty parts, no "/" or
-// "\", no NUL, no leading "." (which also rules out "." and ".."), and no
-// "_" in the pod UID (the monitor splits the name at the first "_").
+// directory (and, with ".limits", of the limits file). It is the one owner of
+// that name: the monitor reads it back with ParseContainerKey. Both parts come
+// from the API server and reach a host path, a file name and metric labels,
+// so both are held to what a real API server accepts: a UID of letters,
+// digits and '-' (at most 128), a container name that is a DNS-1123 label.
+// That rules out '/', '\', NUL, '.' and '..', '_' in the UID (the name is
+// split at the first '_'), newlines, spaces and bytes that are not UTF-8.
 func ContainerKey(podUID, container string) (string, error) {
-	if err := checkNamePart("pod UID", podUID); err != nil {
+	if err := checkUID(podUID); err != nil {
 		return "", err
 	}
-	if strings.Contains(podUID, "_") {
-		return "", fmt.Errorf("pod UID %q contains '_'", podUID)
-	}
-	if err := checkNamePart("container name", container); err != nil {
-		return "", err
+	if msgs := validation.IsDNS1123Label(container); len(msgs) > 0 {
+		return "", fmt.Errorf("container name %q is not a DNS-1123 label: %s", container, strings.Join(msgs, "; "))
 	}
 	return podUID + "_" + container, nil
 }
 
-func checkNamePart(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s is empty", what)
-	case strings.ContainsAny(s, "/\\\x00"):
-		return fmt.Errorf("%s %q contains '/', '\\' or NUL", what, s)
-	case strings.HasPrefix(s, "."):
-		return fmt.Errorf("%s %q starts with '.'", what, s)
-	case len(s) > 200:
-		return fmt.Errorf("%s is %d bytes long", what, len(s))
+// ParseContainerKey splits a name ContainerKey made; a name it could not
+// have made is an error.
+func ParseContainerKey(key string) (podUID, container string, err error) {
+	uid, ctr, ok := strings.Cut(key, "_")
+	if !ok {
+		return "", "", fmt.Errorf("%q is not <podUID>_<container>", key)
+	}
+	if _, err := ContainerKey(uid, ctr); err != nil {
+		return "", "", err
+	}
+	return uid, ctr, nil
+}
+
+// maxUIDLength bounds a pod UID (Kubernetes writes 36-character UUIDs).
+const maxUIDLength = 128
+
+func checkUID(uid string) error {
+	if uid == "" {
+		return fmt.Errorf("pod UID is empty")
+	}
+	if len(uid) > maxUIDLength {
+		return fmt.Errorf("pod UID is %d bytes long (at most %d)", len(uid), maxUIDLength)
+	}
+	for _, c := range []byte(uid) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("pod UID %q has %q: only letters, digits and '-'", uid, c)
+		}
 	}
 	return nil
 }

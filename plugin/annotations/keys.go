@@ -12,6 +12,11 @@ const (
 	DevicesAllocated = "hami.io/vgpu-devices-allocated"
 	// VGPUNode is the node the scheduler chose.
 	VGPUNode = "hami.io/vgpu-node"
+	// VGPUTime is the unix time (seconds) of the scheduler's decision.
+	VGPUTime = "hami.io/vgpu-time"
+	// MIGAllocations is the MIG instances HAMi's scheduler and plugin
+	// record for a pod in MIG mode (JSON); this plugin does not write it.
+	MIGAllocations = "hami.io/vgpu-mig-allocations"
 	// BindPhase is the allocation state machine (see Phase).
 	BindPhase = "hami.io/bind-phase"
 	// BindTime is the unix time (seconds) the scheduler bound the pod.
@@ -22,6 +27,12 @@ const (
 	// pod to the node: "<RFC3339>,<namespace>,<podName>".
 	NodeLock = "hami.io/mutex.lock"
 )
+
+// PlacementKeys make up the scheduler's placement of a pod. Only the
+// scheduler, and the device plugin handing the entries out, may write them:
+// the chart's admission policy refuses them from anyone else, and the plugin
+// holds every placement to the pod's own requests (docs/trust-model.md).
+var PlacementKeys = []string{VGPUNode, VGPUTime, DevicesToAllocate, DevicesAllocated, MIGAllocations, BindPhase, BindTime}
 
 // Phase is a value of BindPhase.
 type Phase string

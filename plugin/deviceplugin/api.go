@@ -2,17 +2,11 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
-	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
-	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/gpu"
-	"github.com/limitbed/limitbed/plugin/pods"
 )
 
 // GetDevicePluginOptions implements the device-plugin API.
@@ -106,92 +100,4 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 // PreStartContainer implements the device-plugin API; nothing to do.
 func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
-}
-
-// Allocate classifies kubelet's device IDs with the plugin's device table,
-// finds the allocating pod whose next container entries hold those GPUs
-// (see matchPod), hands each container request its entry and builds the
-// response. Any failure after the pod is found marks it bind-phase=failed.
-func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	p.allocMu.Lock()
-	defer p.allocMu.Unlock()
-
-	reqs, err := p.classify(req.ContainerRequests)
-	if err != nil {
-		return nil, fmt.Errorf("allocate: %w", err)
-	}
-	cands, err := p.opts.Pods.PendingPods(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("allocate: %w", err)
-	}
-	m, only, err := matchPod(cands, reqs, p.opts.Allocator.MIGMode())
-	if err != nil {
-		err = fmt.Errorf("allocate: %w", err)
-		if only != nil {
-			if merr := p.opts.Pods.MarkFailed(ctx, only); merr != nil {
-				err = errors.Join(err, merr)
-			}
-			p.log.Error(err, "Allocation failed; pod marked bind-phase=failed", "pod", klog.KObj(only))
-		}
-		return nil, err
-	}
-	pod, podDevs := m.pod, m.devs
-	log := p.log.WithValues("pod", klog.KObj(pod))
-	fail := func(err error) (*pluginapi.AllocateResponse, error) {
-		if merr := p.opts.Pods.MarkFailed(ctx, pod); merr != nil {
-			err = errors.Join(err, merr)
-		}
-		log.Error(err, "Allocation failed; pod marked bind-phase=failed")
-		return nil, err
-	}
-
-	// HAMi v2.10 knew no limitDelivery: its profile neither reads nor
-	// rejects the annotation.
-	decision := delivery.Decision{Mode: v1.LimitDeliveryEnv, Source: delivery.SourceDefault}
-	if p.opts.Allocator.Profile() != allocate.ProfileHAMiV210 {
-		decision, err = delivery.Resolve(pod, p.opts.Delivery)
-		if err != nil {
-			return fail(err)
-		}
-		delivery.ReportIgnored(log, p.opts.Recorder, pod, decision)
-	}
-
-	resp := &pluginapi.AllocateResponse{}
-	consumed := false
-	for _, cr := range reqs {
-		if cr.mig {
-			r, err := p.opts.Allocator.Allocate(allocate.Request{Pod: pod, DeviceIDs: cr.ids, MIG: true})
-			if err != nil {
-				return fail(err)
-			}
-			resp.ContainerResponses = append(resp.ContainerResponses, r)
-			continue
-		}
-		// matchPod checked that this entry holds kubelet's GPUs.
-		idx, devs, _ := podDevs.Next()
-		ctr, err := pods.ContainerAt(pod, idx)
-		if err != nil {
-			return fail(err)
-		}
-		r, err := p.opts.Allocator.Allocate(allocate.Request{
-			Pod: pod, Container: ctr, Devices: devs, DeviceIDs: cr.ids, Delivery: decision.Mode,
-		})
-		if err != nil {
-			return fail(err)
-		}
-		podDevs = podDevs.Erase(idx)
-		consumed = true
-		resp.ContainerResponses = append(resp.ContainerResponses, r)
-		log.Info("Allocated", "container", ctr.Name, "devices", cr.ids,
-			"limitDelivery", decision.Mode, "limitDeliverySource", decision.Source)
-	}
-	if consumed {
-		if err := p.opts.Pods.SetDevicesToAllocate(ctx, pod, podDevs); err != nil {
-			return fail(err)
-		}
-	}
-	if err := p.opts.Pods.MarkSuccessIfDone(ctx, pod); err != nil {
-		return fail(err)
-	}
-	return resp, nil
 }

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -35,10 +37,11 @@ import (
 const node = "n1"
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	kl     *fakekubelet.Kubelet
-	kube   *fake.Clientset
+	kube   *fake.Clientset      // setup's fake clientset (nil with setupKube)
+	client kubernetes.Interface // the API server the plugin uses
 	lib    *gpu.MockLibrary
 	hook   string
 	events *recorder
@@ -51,15 +54,51 @@ type recorder struct {
 	events []string
 }
 
-func (r *recorder) Eventf(_ runtime.Object, typ, reason, format string, args ...any) {
+// Eventf records "<type> <reason> <namespace>/<name>: <message>".
+func (r *recorder) Eventf(obj runtime.Object, typ, reason, format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+": "+fmt.Sprintf(format, args...))
+	about := "?"
+	if p, ok := obj.(*corev1.Pod); ok {
+		about = p.Namespace + "/" + p.Name
+	}
+	r.events = append(r.events, typ+" "+reason+" "+about+": "+fmt.Sprintf(format, args...))
 }
 
 // setup starts a fake kubelet and Run()s the plugin against it with two mock
 // GPUs split three ways, waits for registration and dials the plugin.
+//
+// Without a node among objs, node n1 is added with the scheduler's lock on
+// the first pod of objs (the scheduler binds one pod at a time per node).
 func setup(t *testing.T, mod func(*deviceplugin.Options, *allocate.Options), objs ...runtime.Object) *env {
+	t.Helper()
+	var hasNode bool
+	var first *corev1.Pod
+	for _, o := range objs {
+		switch v := o.(type) {
+		case *corev1.Node:
+			hasNode = true
+		case *corev1.Pod:
+			if first == nil {
+				first = v
+			}
+		}
+	}
+	if !hasNode {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		if first != nil {
+			n = lockOn(first.Name)
+		}
+		objs = append(objs, n)
+	}
+	kube := fake.NewClientset(objs...)
+	e := setupKube(t, mod, kube)
+	e.kube = kube
+	return e
+}
+
+// setupKube is setup against any API server client (e.g. harness/fakeapi's).
+func setupKube(t testing.TB, mod func(*deviceplugin.Options, *allocate.Options), kube kubernetes.Interface) *env {
 	t.Helper()
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(tctx)
@@ -69,14 +108,14 @@ func setup(t *testing.T, mod func(*deviceplugin.Options, *allocate.Options), obj
 		t.Fatal(err)
 	}
 	t.Cleanup(kl.Stop)
-	e := &env{t: t, ctx: ctx, kl: kl, kube: fake.NewClientset(objs...), hook: t.TempDir(), events: &recorder{},
+	e := &env{t: t, ctx: ctx, kl: kl, client: kube, hook: t.TempDir(), events: &recorder{},
 		lib: gpu.NewMockLibrary(gpu.MockGPU{UUID: "GPU-a", Name: "NVIDIA A16", MemoryMiB: 16384}, gpu.MockGPU{UUID: "GPU-b", Name: "NVIDIA A16", MemoryMiB: 16384})}
 	aopts := allocate.Options{HookPath: e.hook, LockDir: filepath.Join(e.hook, "vgpulock")}
 	opts := deviceplugin.Options{
 		ResourceName: "nvidia.com/gpu", PluginDir: dir, SocketName: "vgpu.sock", KubeletSocket: kl.Socket,
 		SplitCount: 3, PreferredAllocation: true,
 		Devices: &gpu.Discoverer{Lib: e.lib}, HealthLib: e.lib,
-		Pods:     &pods.Client{Kube: e.kube, NodeName: node},
+		Pods:     &pods.Client{Kube: kube, NodeName: node},
 		Recorder: e.events, Logger: klog.FromContext(ctx),
 	}
 	if mod != nil {
@@ -119,7 +158,7 @@ func (e *env) reconnect() {
 
 func (e *env) pod(ns, name string) *corev1.Pod {
 	e.t.Helper()
-	p, err := e.kube.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
+	p, err := e.client.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -143,7 +182,9 @@ func (e *env) noLimits(key string) {
 }
 
 // mkPod builds a pod the scheduler has bound: one device entry per
-// container (init containers first), bind-phase allocating.
+// container (init containers first), bind-phase allocating. A container
+// without limits of its own asks for what its entry places (count, the
+// largest memory and core limit), as the scheduler would have read it.
 func mkPod(name string, bindTime int, devs string, ann map[string]string, ctrs ...corev1.Container) *corev1.Pod {
 	a := map[string]string{
 		annotations.BindPhase:         "allocating",
@@ -157,9 +198,38 @@ func mkPod(name string, bindTime int, devs string, ann map[string]string, ctrs .
 	if len(ctrs) == 0 {
 		ctrs = []corev1.Container{{Name: "main"}}
 	}
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Annotations: a},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: ctrs},
+	}
+	requestsFromEntries(p)
+	return p
+}
+
+// requestsFromEntries gives each container of p without limits the request
+// its entry of hami.io/vgpu-devices-to-allocate places.
+func requestsFromEntries(p *corev1.Pod) {
+	entries, err := annotations.DecodePodDevices(p.Annotations[annotations.DevicesToAllocate])
+	if err != nil {
+		return
+	}
+	for i, entry := range entries {
+		c, err := pods.ContainerAt(p, i)
+		if err != nil || len(entry) == 0 || c.Resources.Limits != nil {
+			continue
+		}
+		l := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(len(entry)), resource.DecimalSI)}
+		var mem, cores int32
+		for _, d := range entry {
+			mem, cores = max(mem, d.UsedMem), max(cores, d.UsedCores)
+		}
+		if mem > 0 {
+			l["nvidia.com/gpumem"] = *resource.NewQuantity(int64(mem), resource.DecimalSI)
+		}
+		if cores > 0 {
+			l["nvidia.com/gpucores"] = *resource.NewQuantity(int64(cores), resource.DecimalSI)
+		}
+		c.Resources.Limits = l
 	}
 }
 
@@ -304,22 +374,6 @@ func TestAllocateDeliveryModes(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestAllocateMIGMode(t *testing.T) {
-	e := setup(t, func(_ *deviceplugin.Options, a *allocate.Options) { a.OperatingMode = v1.OperatingModeMIG },
-		mkPod("p", 1, "MIG-1,NVIDIA,5000,0:;", nil))
-	r, err := e.plugin.AllocateOne(e.ctx, "GPU-a-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Mounts) != 0 || len(r.Envs) != 1 || r.Envs["NVIDIA_VISIBLE_DEVICES"] != "MIG-1" {
-		t.Fatalf("MIG response = envs %v mounts %v", r.Envs, mountPaths(r))
-	}
-	e.noLimits("uid-p_main")
-	if ph := e.pod("default", "p").Annotations[annotations.BindPhase]; ph != "success" {
-		t.Fatalf("phase = %s", ph)
-	}
-}
-
 func TestAllocateDisableControl(t *testing.T) {
 	ctr := corev1.Container{Name: "main", Env: []corev1.EnvVar{{Name: "CUDA_DISABLE_CONTROL", Value: "true"}}}
 	e := setup(t, nil, mkPod("p", 1, "GPU-a,NVIDIA,1000,10:;", nil, ctr))
@@ -343,6 +397,10 @@ func TestMultiContainerMultiDevice(t *testing.T) {
 	pod := mkPod("p", 1, ";GPU-a,NVIDIA,3000,30:GPU-b,NVIDIA,4000,30:;GPU-a,NVIDIA,1000,0:;", nil,
 		corev1.Container{Name: "two"}, corev1.Container{Name: "one", Env: []corev1.EnvVar{{Name: "CUDA_TASK_PRIORITY", Value: "0"}}})
 	pod.Spec.InitContainers = []corev1.Container{{Name: "init"}}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Resources.Limits = nil
+	}
+	requestsFromEntries(pod) // again, now that the init container shifts the entries
 	e := setup(t, nil, pod)
 
 	r1, err := e.plugin.AllocateOne(e.ctx, "GPU-a-0", "GPU-b-0")
@@ -382,7 +440,7 @@ func TestAllocateFailures(t *testing.T) {
 		wantErr string
 		phase   string // "" = pod untouched
 	}{
-		{name: "no pending pod", ids: []string{"GPU-a-0"}, wantErr: "no pod with hami.io/bind-phase=allocating"},
+		{name: "no pod placed", ids: []string{"GPU-a-0"}, wantErr: "no hami.io/mutex.lock"},
 		{name: "device count mismatch", pod: mkPod("p", 1, "GPU-a,NVIDIA,1000,10:;", nil), ids: []string{"GPU-a-0", "GPU-b-0"},
 			wantErr: "device number not matched", phase: "failed"},
 		{name: "invalid annotation", pod: mkPod("p", 1, "GPU-a,NVIDIA,1000,10:;", map[string]string{annotations.LimitDelivery: "envv"}),
@@ -486,45 +544,6 @@ func TestKubeletRestartReregisters(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reconnect()
-}
-
-// TestConcurrentAllocatesOverGRPC fires 100 Allocate calls at once for 100
-// single-container pods. Calls are serialised by the plugin, each takes the
-// oldest pending pod; every pod ends success with its own limits in its own
-// file.
-func TestConcurrentAllocatesOverGRPC(t *testing.T) {
-	const n = 100
-	var objs []runtime.Object
-	for i := range n {
-		objs = append(objs, mkPod(fmt.Sprintf("p%03d", i), i, fmt.Sprintf("GPU-a,NVIDIA,%d,%d:;", 100+i, i), nil))
-	}
-	e := setup(t, nil, objs...)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := e.plugin.AllocateOne(e.ctx, "GPU-a-0"); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for i := range n {
-		name := fmt.Sprintf("p%03d", i)
-		if ph := e.pod("default", name).Annotations[annotations.BindPhase]; ph != "success" {
-			t.Errorf("%s phase = %s", name, ph)
-		}
-		v := e.limits("uid-" + name + "_main")
-		if v["CUDA_DEVICE_MEMORY_LIMIT_0"] != fmt.Sprintf("%dm", 100+i) || v["CUDA_DEVICE_SM_LIMIT"] != fmt.Sprint(i) {
-			t.Errorf("%s file = %v", name, v)
-		}
-	}
 }
 
 // TestCompatProfileV210 runs the plugin as HAMi v2.10: env only, a random

@@ -18,11 +18,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
+	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/pods"
@@ -30,10 +32,10 @@ import (
 
 // PodSource is the pod side of the HAMi protocol (implemented by pods.Client).
 type PodSource interface {
-	PendingPods(ctx context.Context) ([]*corev1.Pod, error)
-	SetDevicesToAllocate(ctx context.Context, pod *corev1.Pod, devs annotations.PodDevices) error
-	MarkSuccessIfDone(ctx context.Context, pod *corev1.Pod) error
+	Placement(ctx context.Context, resource string) (pods.Placement, error)
+	Claim(ctx context.Context, pod *corev1.Pod, left annotations.PodDevices) error
 	MarkFailed(ctx context.Context, pod *corev1.Pod) error
+	ReleaseLockIfDone(ctx context.Context) error
 }
 
 var _ PodSource = (*pods.Client)(nil)
@@ -61,10 +63,19 @@ type Options struct {
 	// HealthPollInterval is the polling period; 0 = gpu.DefaultPollInterval.
 	HealthPollInterval time.Duration
 	Pods               PodSource
-	Allocator          *allocate.Allocator
-	Delivery           delivery.Layers
-	Recorder           delivery.EventRecorder // may be nil
-	Logger             klog.Logger
+	// APITimeout bounds each Allocate, its API calls included; 0 means
+	// DefaultAPITimeout.
+	APITimeout time.Duration
+	// Requests is how containers' requests are read (HAMi's resource names
+	// and defaults); a zero value means HAMi's defaults for ResourceName.
+	Requests v1.Requests
+	// MemoryScaling is deviceMemoryScaling: a GPU's memory as registered
+	// (what a placement may give at most) is its memory times this; 0 means 1.
+	MemoryScaling float64
+	Allocator     *allocate.Allocator
+	Delivery      delivery.Layers
+	Recorder      delivery.EventRecorder // may be nil
+	Logger        klog.Logger
 }
 
 // Plugin is one device plugin instance: one socket, one resource.
@@ -73,15 +84,21 @@ type Plugin struct {
 	opts Options
 	log  klog.Logger
 
-	// allocMu serialises Allocate: pod lookup and the annotation update
-	// must not interleave between two containers (as upstream).
-	allocMu sync.Mutex
+	// filesMu serialises the host side effects of Allocate (cache
+	// directories, limits files); it is never held across an API call.
+	// Two calls taking the same entry are told apart by the claim's
+	// optimistic concurrency instead (pods.Client.Claim).
+	filesMu sync.Mutex
+
+	refusedMu sync.Mutex
+	refused   map[types.UID]bool // pods refused as contenders (bounded)
 
 	mu       sync.Mutex
 	devices  []*pluginapi.Device
 	physical map[string]string
 	mig      map[string]bool // IDs of MIG devices: the device table, not the ID's spelling
 	board    map[string]string
+	memMiB   map[string]int64 // memory of each GPU or MIG device, as registered
 	watchers map[chan struct{}]struct{}
 	server   *grpc.Server
 	cancel   context.CancelFunc
@@ -103,7 +120,8 @@ func New(opts Options) (*Plugin, error) {
 	if opts.SplitCount == 0 {
 		opts.SplitCount = 1
 	}
-	return &Plugin{opts: opts, log: opts.Logger.WithValues("resource", opts.ResourceName), watchers: map[chan struct{}]struct{}{}}, nil
+	return &Plugin{opts: opts, log: opts.Logger.WithValues("resource", opts.ResourceName), watchers: map[chan struct{}]struct{}{},
+		refused: map[types.UID]bool{}}, nil
 }
 
 // SocketPath is where the plugin listens.
@@ -119,7 +137,12 @@ func (p *Plugin) Start(ctx context.Context) error {
 	list, physical, board := virtualDevices(devs, p.opts.SplitCount)
 	p.mu.Lock()
 	p.devices, p.physical, p.board, p.mig = list, physical, board, migIDs(devs)
+	p.memMiB = registeredMemory(devs, p.opts.MemoryScaling)
 	p.mu.Unlock()
+	if size := listSize(list); size > maxDeviceListBytes {
+		return fmt.Errorf("%d devices (%d GPUs x deviceSplitCount %d) make a device list of %d bytes, more than the kubelet accepts (%d): lower deviceSplitCount",
+			len(list), len(boards(devs)), p.opts.SplitCount, size, maxDeviceListBytes)
+	}
 
 	sock := p.SocketPath()
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -72,10 +73,18 @@ func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 	for _, k := range envNames {
 		env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
 	}
+	// The pod asks for what the scheduler places (HAMi's resource names): the plugin holds a
+	// placement to the pod's own requests.
+	limits := corev1.ResourceList{ResourceName: resource.MustParse("1"),
+		"nvidia.com/gpumem": *resource.NewQuantity(int64(spec.GPUMem), resource.DecimalSI)}
+	if spec.Cores > 0 {
+		limits["nvidia.com/gpucores"] = *resource.NewQuantity(int64(spec.Cores), resource.DecimalSI)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: "default", UID: types.UID(uid), Annotations: maps.Clone(spec.Annotations)},
 		Spec: corev1.PodSpec{NodeName: Name, Containers: []corev1.Container{{
 			Name: ContainerName, Image: "limitbed/workload:dev", Env: env,
+			Resources: corev1.ResourceRequirements{Limits: limits},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}

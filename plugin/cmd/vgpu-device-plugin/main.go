@@ -11,12 +11,18 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/limitbed/limitbed/plugin/deviceplugin"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
 )
+
+// maxAPITimeout bounds --api-timeout: past it the kubelet's admission of
+// every pod on the node would wait that long behind a silent API server.
+const maxAPITimeout = 5 * time.Minute
 
 // options are the command-line settings; each flag has an UPPER_SNAKE env twin.
 type options struct {
@@ -36,6 +42,7 @@ type options struct {
 	fakeLibDir       string
 	fakeProfile      string
 	fakeStateDir     string
+	apiTimeout       time.Duration
 }
 
 func main() {
@@ -71,6 +78,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.fakeDriver && o.fakeLibDir == "" {
 		return options{}, fmt.Errorf("--fake-driver needs --fake-driver-lib-dir (FAKE_DRIVER_LIB_DIR)")
 	}
+	if o.apiTimeout <= 0 || o.apiTimeout > maxAPITimeout {
+		return options{}, fmt.Errorf("--api-timeout (API_TIMEOUT) must be in (0, %v], got %v", maxAPITimeout, o.apiTimeout)
+	}
 	return o, nil
 }
 
@@ -94,6 +104,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.fakeLibDir, "fake-driver-lib-dir", "", "host dir with fakegpu's libcuda.so.1 and libnvidia-ml.so.1")
 	fs.StringVar(&o.fakeProfile, "fake-driver-profile", "", "host path of the fakegpu profile, mounted at fakegpu's default /etc/fakegpu/profile")
 	fs.StringVar(&o.fakeStateDir, "fake-driver-state-dir", "", "host dir of the shared fakegpu state, mounted at fakegpu's default /run/fakegpu")
+	fs.DurationVar(&o.apiTimeout, "api-timeout", deviceplugin.DefaultAPITimeout, "bound of one Allocate, its API server requests included (the kubelet waits for Allocate without a deadline)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")

@@ -64,17 +64,25 @@ current-context: x
 	return p
 }
 
-// TestRunRegistersAndStops: the real main path against the fake kubelet and
-// fakegpu's NVML registers the resource, advertises the fake GPUs split as
-// configured, and returns nil, removing its socket, when ctx is cancelled.
-func TestRunRegistersAndStops(t *testing.T) {
-	_, nvmlPath := fakenvml.Setup(t, "2x-a16-16q")
+// startKubelet starts a fake kubelet on a short temporary device-plugins
+// directory, stopped when the test ends.
+func startKubelet(t *testing.T) (*fakekubelet.Kubelet, string) {
+	t.Helper()
 	dir := fakekubelet.ShortTempDir(t)
 	kl, err := fakekubelet.Start(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kl.Stop)
+	return kl, dir
+}
+
+// TestRunRegistersAndStops: the real main path against the fake kubelet and
+// fakegpu's NVML registers the resource, advertises the fake GPUs split as
+// configured, and returns nil, removing its socket, when ctx is cancelled.
+func TestRunRegistersAndStops(t *testing.T) {
+	_, nvmlPath := fakenvml.Setup(t, "2x-a16-16q")
+	kl, dir := startKubelet(t)
 	tmp := t.TempDir()
 	devCfg := filepath.Join(tmp, "device-config.yaml")
 	if err := os.WriteFile(devCfg, []byte("version: v1\nnvidia:\n  resourceCountName: nvidia.com/gpu\n  deviceSplitCount: 2\n"), 0o644); err != nil {

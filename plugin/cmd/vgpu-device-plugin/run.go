@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -38,7 +39,7 @@ func serve(ctx context.Context, o options) error {
 	}
 	eff := v1.Resolve(dc, pc, o.nodeName)
 
-	kube, err := kubeClient(o.kubeconfig)
+	kube, err := kubeClient(o.kubeconfig, o.apiTimeout)
 	if err != nil {
 		return err
 	}
@@ -72,6 +73,9 @@ func serve(ctx context.Context, o options) error {
 		PreferredAllocation: eff.EnableGetPreferredAllocation,
 		Devices:             &gpu.Discoverer{Lib: lib},
 		Pods:                &pods.Client{Kube: kube, NodeName: o.nodeName},
+		APITimeout:          o.apiTimeout,
+		Requests:            eff.Requests,
+		MemoryScaling:       eff.DeviceMemoryScaling,
 		Allocator:           alloc,
 		Delivery: delivery.Layers{
 			Node: eff.NodeLimitDelivery, Global: eff.GlobalLimitDelivery, AllowPodOverride: eff.AllowPodLimitDeliveryOverride,
@@ -87,7 +91,9 @@ func serve(ctx context.Context, o options) error {
 	return deviceplugin.Run(ctx, popts)
 }
 
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// kubeClient is the API server client; every request it makes (the event
+// recorder's too) ends within timeout.
+func kubeClient(kubeconfig string, timeout time.Duration) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -98,6 +104,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
+	cfg.Timeout = timeout
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -89,7 +89,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config")
 	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: the containers dir is <hook-path>/vgpu/containers")
 	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket; empty skips the kubelet check")
-	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "minimum age (mtime) before a dead pod's entry is removed")
+	fs.DurationVar(&o.grace, "grace-period", monitor.DefaultGrace, "how long the monitor must have seen a dead pod's entry (by its own clock, never the entry's times) before it is removed")
 	fs.DurationVar(&o.interval, "sweep-interval", 30*time.Second, "time between sweeps")
 	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
 	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")

@@ -13,6 +13,9 @@ type Effective struct {
 	HostPIDBroker                bool
 	EnableGetPreferredAllocation bool
 	ResourceCountName            string
+	// Requests is how the scheduler reads a container's requests; the
+	// plugin holds every placement to them.
+	Requests Requests
 
 	// The delivery layers stay separate: the pod annotation is resolved
 	// against them per allocation (see package delivery).
@@ -21,10 +24,31 @@ type Effective struct {
 	AllowPodLimitDeliveryOverride bool
 }
 
+// Requests are the resource names and defaults HAMi's scheduler and webhook
+// read a container's GPU requests with (nvidia.resourceCountName, ...,
+// defaultMemory, defaultCores, defaultGPUNum, memoryFactor).
+type Requests struct {
+	CountName            string
+	MemoryName           string
+	CoreName             string
+	MemoryPercentageName string
+	// DefaultMemory (MiB) applies to a container that asks for neither
+	// memory nor a memory percentage; 0 means the whole device.
+	DefaultMemory int64
+	// DefaultCores (percent) applies to a container without a core request.
+	DefaultCores int32
+	// MemoryFactor multiplies a memory request (e.g. 1024: gpumem in GiB).
+	MemoryFactor int32
+}
+
 // Defaults that apply when neither file sets a value (HAMi's chart defaults).
 const (
-	DefaultDeviceSplitCount  = 10
-	DefaultResourceCountName = "nvidia.com/gpu"
+	DefaultDeviceSplitCount             = 10
+	DefaultResourceCountName            = "nvidia.com/gpu"
+	DefaultResourceMemoryName           = "nvidia.com/gpumem"
+	DefaultResourceCoreName             = "nvidia.com/gpucores"
+	DefaultResourceMemoryPercentageName = "nvidia.com/gpumem-percentage"
+	DefaultMemoryFactor                 = 1
 )
 
 // Resolve merges the global config and the entry of pc named nodeName. Later
@@ -37,6 +61,10 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		DeviceMemoryScaling: 1,
 		DeviceCoreScaling:   1,
 		ResourceCountName:   DefaultResourceCountName,
+		Requests: Requests{
+			CountName: DefaultResourceCountName, MemoryName: DefaultResourceMemoryName, CoreName: DefaultResourceCoreName,
+			MemoryPercentageName: DefaultResourceMemoryPercentageName, MemoryFactor: DefaultMemoryFactor,
+		},
 	}
 	if dc != nil && dc.Nvidia != nil {
 		n := dc.Nvidia
@@ -49,6 +77,14 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		set(&e.AllowPodLimitDeliveryOverride, n.AllowPodLimitDeliveryOverride)
 		set(&e.ResourceCountName, n.ResourceCountName)
 		e.GlobalLimitDelivery = n.LimitDelivery
+		r := &e.Requests
+		set(&r.CountName, n.ResourceCountName)
+		set(&r.MemoryName, n.ResourceMemoryName)
+		set(&r.CoreName, n.ResourceCoreName)
+		set(&r.MemoryPercentageName, n.ResourceMemoryPercentageName)
+		set(&r.DefaultMemory, n.DefaultMemory)
+		set(&r.DefaultCores, n.DefaultCores)
+		set(&r.MemoryFactor, n.MemoryFactor)
 	}
 	if pc != nil {
 		for _, nc := range pc.NodeConfig {

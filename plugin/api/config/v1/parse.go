@@ -22,9 +22,10 @@ var (
 // log naming them all; a typo of a field it uses, a wrong type or an invalid
 // value is an error naming the field.
 func ParseDeviceConfig(data []byte, log logr.Logger) (*DeviceConfig, error) {
-	j, err := yaml.YAMLToJSON(data)
+	// Strict: a key given twice is an error, never "the last one wins".
+	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, fmt.Errorf("parse device config: %w", err)
+		return nil, fmt.Errorf("parse device config: %w (give each key once)", err)
 	}
 	var c DeviceConfig
 	ignored, err := decodeTolerant(j, &c, deviceGuarded)

@@ -19,6 +19,9 @@ import (
 // one only in case, and a near miss of one of the names in guarded. Type
 // errors name the field, what was found and how to write it.
 func decodeTolerant(data []byte, out any, guarded []string) (ignored []string, err error) {
+	if err := checkDuplicateKeys(data); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var tree any

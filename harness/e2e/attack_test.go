@@ -53,7 +53,7 @@ func TestKindTenantAttacks(t *testing.T) {
 	t.Run("environment", func(t *testing.T) {
 		for _, env := range []string{"CUDA_DISABLE_CONTROL=true", "CUDA_DEVICE_MEMORY_LIMIT_0=0 CUDA_DEVICE_MEMORY_LIMIT=0"} {
 			for _, method := range []string{"exec", "su -"} {
-				wantRefused(t, method+" "+env, probeEnv(t, tenant, method, env, 4096), 3000)
+				wantRefused(t, method+" "+env, probeWithEnv(t, tenant, method, env, 4096), 3000)
 			}
 		}
 	})
@@ -83,21 +83,6 @@ func TestKindTenantAttacks(t *testing.T) {
 }
 
 // probeEnv is probe with variables set in the probe's own environment (after the launch method).
-func probeEnv(t *testing.T, c *kindcluster.PodContainer, method, env string, mib int) launch.Result {
-	t.Helper()
-	m, err := launch.Lookup(method)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
-	defer cancel()
-	res, err := launch.Run(ctx, c, m, fmt.Sprintf("env %s %s --mib %d", env, cudaprobe, mib))
-	if err != nil || res.Probe == nil {
-		t.Fatalf("%s %s: %v (no report: stdout %s, stderr %s)", method, env, err, res.Stdout, res.Stderr)
-	}
-	return res
-}
-
 func podUID(t *testing.T, e *testEnv, pc *kindcluster.PodContainer) string {
 	t.Helper()
 	p, err := e.c.Kube.CoreV1().Pods(pc.Namespace).Get(t.Context(), pc.Name, metav1.GetOptions{})

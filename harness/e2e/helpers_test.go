@@ -176,16 +176,27 @@ const smiTag = "nvidia-smi-total"
 // where the image has nvidia-smi, its memory totals too (smiTotal).
 func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Result {
 	t.Helper()
+	return probeWithEnv(t, c, method, "", mib)
+}
+
+// probeWithEnv is probe with env ("NAME=value ...", may be empty) set for cudaprobe and nvidia-smi
+// alike: a tenant's variables reach every program of its session.
+func probeWithEnv(t *testing.T, c sandbox.Container, method, env string, mib int) launch.Result {
+	t.Helper()
 	m, err := launch.Lookup(method)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	smi := fmt.Sprintf("if [ -x %s ]; then echo \"%s $(%s 2>/dev/null | tr '\\n' ' ')\"; fi", nvsmi.ContainerPath, smiTag, nvsmi.TotalsCommand(nvsmi.ContainerPath))
-	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s --mib %d; rc=$?; %s; exit $rc", cudaprobe, mib, smi))
+	run := ""
+	if env != "" {
+		run = "env " + env + " "
+	}
+	smi := fmt.Sprintf("if [ -x %s ]; then echo \"%s $(%s%s 2>/dev/null | tr '\\n' ' ')\"; fi", nvsmi.ContainerPath, smiTag, run, nvsmi.TotalsCommand(nvsmi.ContainerPath))
+	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s%s --mib %d; rc=$?; %s; exit $rc", run, cudaprobe, mib, smi))
 	if err != nil {
-		t.Fatalf("%s: %v", method, err)
+		t.Fatalf("%s %s: %v", method, env, err)
 	}
 	if res.Probe == nil {
 		t.Fatalf("%s: no cudaprobe report (exit %d)\nstdout: %s\nstderr: %s\nlauncher: %s %s",

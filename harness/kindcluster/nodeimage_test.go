@@ -3,30 +3,19 @@ package kindcluster
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitbed/limitbed/harness/nodeimage/nodeimagetest"
 )
 
 // TestResolveNodeImageNeverBuilds: the kind tier's test resolves the offline node image but never
 // builds it — the build (tens of minutes on a cold machine) belongs to make e2e's first step, before
-// any deadline of the test. A node-image.sh that is not built yet makes ResolveNodeImage fail at
+// any deadline of the test. An offline image that is not built yet makes ResolveNodeImage fail at
 // once with the command that builds it; the script is only asked for the name (--print).
 func TestResolveNodeImageNeverBuilds(t *testing.T) {
-	root := t.TempDir()
-	calls := filepath.Join(root, "calls")
-	script := "#!/bin/sh\n" +
-		"echo \"$*\" >>'" + calls + "'\n" +
-		"if [ \"$1\" = --print ]; then echo limitbed/kind-node:v0.0.0-nosuchimage; exit 0; fi\n" +
-		"sleep 30\n" + // a build
-		"echo limitbed/kind-node:v0.0.0-nosuchimage\n"
-	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "scripts", "node-image.sh"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root, calls := nodeimagetest.Checkout(t, "limitbed/kind-node:v0.0.0-nosuchimage")
 	t.Setenv(EnvNodeImage, "offline")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

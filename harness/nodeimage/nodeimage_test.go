@@ -3,29 +3,15 @@ package nodeimage
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/limitbed/limitbed/harness/nodeimage/nodeimagetest"
 )
 
-// fakeRoot is a checkout whose scripts/node-image.sh names an image and fails when asked to build.
-func fakeRoot(t *testing.T) string {
-	t.Helper()
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := "#!/bin/sh\n[ \"$1\" = --print ] || { echo 'asked to build' >&2; exit 1; }\necho limitbed/kind-node:v1.37.2-0123456789ab\n"
-	if err := os.WriteFile(filepath.Join(root, "scripts", "node-image.sh"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 func TestChoose(t *testing.T) {
-	root := fakeRoot(t)
 	const built = "limitbed/kind-node:v1.37.2-0123456789ab"
+	root, _ := nodeimagetest.Checkout(t, built)
 	cases := []struct {
 		mode              string
 		present, registry bool

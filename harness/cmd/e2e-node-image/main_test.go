@@ -3,23 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/limitbed/limitbed/harness/nodeimage"
+	"github.com/limitbed/limitbed/harness/nodeimage/nodeimagetest"
 )
 
 func TestRun(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := "#!/bin/sh\n[ \"$1\" = --print ] || exit 1\necho limitbed/kind-node:v1.37.2-0123456789ab\n"
-	if err := os.WriteFile(filepath.Join(root, "scripts", "node-image.sh"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root, _ := nodeimagetest.Checkout(t, "limitbed/kind-node:v1.37.2-0123456789ab")
 	cases := []struct {
 		mode     string
 		args     []string

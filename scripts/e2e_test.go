@@ -56,6 +56,7 @@ func index(calls []string, prefix string) int {
 // one), the plugin image and the workload image before the kind tier's go test starts, so that no
 // deadline of the test covers a build; the test gets the images' names.
 func TestE2EBuildsImagesBeforeTheTest(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, choice, nodeRef string
 		buildsNode            bool
@@ -65,6 +66,7 @@ func TestE2EBuildsImagesBeforeTheTest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tree, bin, callsFile := e2eTree(t, tc.choice, "")
 			out, err := runE2E(t, tree, bin)
 			if err != nil {
@@ -104,6 +106,7 @@ func TestE2EBuildsImagesBeforeTheTest(t *testing.T) {
 // TestE2EImageFailureNamesStepAndLog: a failed image build stops make e2e before its test with a
 // few lines naming the step and its log, which holds the whole output.
 func TestE2EImageFailureNamesStepAndLog(t *testing.T) {
+	t.Parallel()
 	tree, bin, callsFile := e2eTree(t, "offline limitbed/kind-node:v1.37.2-test", "plugin-image.sh")
 	out, err := runE2E(t, tree, bin)
 	if err == nil {

@@ -19,6 +19,7 @@ import (
 // build's "go: downloading" lines), and the Go module proxy unreachable (GOPROXY=off, an empty
 // module cache: the real go command's own error).
 func TestNodeImageFailureNamesStepAndLog(t *testing.T) {
+	t.Parallel()
 	needRoot(t, "scripts/node-image.sh builds only as root (debootstrap, chroot)")
 	needTools(t, "go", "gcc", "jq")
 	realGo, _ := exec.LookPath("go")
@@ -53,6 +54,7 @@ esac`, realGo, fakeMod, noise)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tree := copyTree(t, "scripts/node-image.sh", "scripts/steps.sh", "images/node")
 			bin := t.TempDir()
 			stub(t, bin, "docker", "exit 1") // no image in the store

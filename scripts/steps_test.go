@@ -33,6 +33,7 @@ func runSteps(t *testing.T, heartbeat, body string) (string, error) {
 // step's duration and the total at the end; a step may set the caller's variables; the step's
 // output stays in its log.
 func TestStepsProgressAndSummary(t *testing.T) {
+	t.Parallel()
 	out, err := runSteps(t, "1", `
 progress() { echo "$(wc -l <"$1") lines so far"; }
 STEP_PROGRESS=progress
@@ -68,6 +69,7 @@ steps_summary
 // (set -e holds inside steps), and the report names that step; the heartbeat's sleep does not keep
 // the script's output open after it ends.
 func TestStepsFailureKeepsErrexit(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	out, err := runSteps(t, "30", `
 fails() { echo "before"; false; echo "after the failure"; }

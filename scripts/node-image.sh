@@ -212,21 +212,35 @@ go_part crictl "$BIN/crictl-$CRICTL_VERSION" "$WORK/src/crictl-$CRICTL_VERSION" 
 	"build_tool crictl $CRICTL_VERSION sigs.k8s.io/cri-tools/cmd/crictl"
 go_part coredns "$COREDNS_OUT" "$COREDNS_SRC" prepare_coredns build_coredns
 
-# go_modules: every component's prepare at once — downloads are network-bound, and one
-# component's downloads need not wait for another's.
-go_modules() {
-	local part name prep jobs=()
+# Every component's prepare starts at once, in the background, with the debootstraps: downloads are
+# network-bound, so those of etcd, crictl and CoreDNS proceed while Kubernetes compiles, and each
+# build waits only for its own (with_modules).
+declare -A PREPARE_PIDS
+start_prepares() {
+	local part name src prep
 	for part in "${GO_PARTS[@]}"; do
-		IFS='|' read -r name _ _ prep _ <<<"$part"
-		jobs+=("$name" "$prep")
+		IFS='|' read -r name _ src prep _ <<<"$part"
+		rm -f "$src/packages.txt" # the heartbeat's count, until the new one is written
+		# shellcheck disable=SC2086 # prep is a command line of this script's own words
+		($prep) >"$STEPS_LOG_DIR/modules-$name.log" 2>&1 &
+		PREPARE_PIDS[$name]=$!
+		BG_PIDS+=("$!")
 	done
-	parallel modules "${jobs[@]}"
+}
+# with_modules NAME CMD...: CMD once NAME's prepare has succeeded; its log goes to the step's first.
+with_modules() {
+	local name=$1 log=$STEPS_LOG_DIR/modules-$1.log
+	shift
+	wait "${PREPARE_PIDS[$name]}" || { cat "$log"; die "the modules of $name could not be listed or downloaded: see $log"; }
+	cat "$log"
+	"$@"
 }
 
 # go_progress LOG: the heartbeat's note during `go build -v` (one line per compiled package), against
-# GO_PACKAGES, the packages the build loads.
+# the packages the build loads (GO_PACKAGES_FILE, written by its prepare).
 go_progress() {
-	echo "$(grep -cvE '^(go: |#|[[:space:]])' "$1" || true) of $GO_PACKAGES packages compiled"
+	[ -s "$GO_PACKAGES_FILE" ] || { echo "downloading modules"; return; }
+	echo "$(grep -cvE '^(go: |#|[[:space:]])' "$1" || true) of $(wc -l <"$GO_PACKAGES_FILE") packages compiled"
 }
 
 # --- 2. debootstrap rootfs ------------------------------------------------------------------------
@@ -268,9 +282,7 @@ BG_PIDS+=("$node_rootfs_pid")
 proxy_rootfs_pid=$!
 BG_PIDS+=("$proxy_rootfs_pid")
 
-if [ ${#GO_PARTS[@]} -gt 0 ]; then
-	step "Go modules ($(for p in "${GO_PARTS[@]}"; do printf '%s ' "${p%%|*}"; done | sed 's/ $//'))" go_modules
-fi
+start_prepares
 # One build after the other, Kubernetes first: the later ones find the packages they share with it
 # (the standard library, a few modules at the same version) in Go's build cache. Building etcd,
 # crictl and CoreDNS at once instead cost 6 % more CPU (docs/benchmarks.md): on a machine whose CPUs
@@ -278,8 +290,7 @@ fi
 STEP_PROGRESS=go_progress
 for part in "${GO_PARTS[@]}"; do
 	IFS='|' read -r name _ src _ build <<<"$part"
-	GO_PACKAGES=$(wc -l <"$src/packages.txt")
-	log "$name: $GO_PACKAGES packages (fewer to compile where Go's build cache has them)"
+	GO_PACKAGES_FILE=$src/packages.txt
 	case "$name" in
 	kubernetes) what="kubernetes $KUBERNETES_VERSION ($(echo $K8S_CMDS | wc -w) commands)" ;;
 	etcd) what="etcd $ETCD_VERSION" ;;
@@ -287,7 +298,7 @@ for part in "${GO_PARTS[@]}"; do
 	coredns) what="coredns $COREDNS_VERSION (kubeadm's plugins)" ;;
 	esac
 	# shellcheck disable=SC2086 # build is a command line of this script's own words
-	step "$what" $build
+	step "$what" with_modules "$name" $build
 done
 STEP_PROGRESS=
 

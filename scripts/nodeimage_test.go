@@ -50,7 +50,7 @@ esac`, realGo, fakeMod, noise)
 			inLog:    []string{"go: downloading example.com/m0 v1.0.0", fmt.Sprintf("example.com/m%d", noise-1), "the compile error itself"},
 			inReport: "the compile error itself"},
 		{name: "no module proxy", vars: []string{"GOPROXY=off", "GOMODCACHE=" + t.TempDir(), "GOCACHE=" + t.TempDir()},
-			step: "Go modules", inLog: []string{"GOPROXY=off"}, inReport: "GOPROXY=off"},
+			step: "kubernetes", inLog: []string{"GOPROXY=off"}, inReport: "GOPROXY=off"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

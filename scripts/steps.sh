@@ -8,8 +8,6 @@
 #   step NAME CMD...             # run CMD with its stdout and stderr in LOG_DIR/<n>-<name>.log
 #   step_shown NAME CMD...       # run CMD with its output left alone (a command with its own
 #                                # progress and failure report, such as scripts/node-image.sh)
-#   parallel TAG NAME CMD [NAME CMD]...  # inside a step: the CMDs at once, each with its output in
-#                                # LOG_DIR/TAG-NAME.log and its duration on the terminal
 #   steps_summary                # "PREFIX: NAME  Ns" for every step, then the total
 #   steps_on_exit RC             # call from the script's EXIT trap: reports a step that failed
 #
@@ -90,37 +88,6 @@ steps_stop_heartbeat() {
 	kill "$STEP_HEARTBEAT_PID" 2>/dev/null || true
 	wait "$STEP_HEARTBEAT_PID" 2>/dev/null || true
 	STEP_HEARTBEAT_PID=
-}
-
-# parallel TAG NAME CMD [NAME CMD]...: see the header. CMD is a command line of the script's own
-# words (split on blanks), run in a subshell under `set -e`. When any fails, the step's log gets each
-# failed one's last lines and log, and the step fails.
-parallel() {
-	local tag=$1 pids=() names=() i failed=() name cmd log
-	shift
-	while [ $# -gt 0 ]; do
-		name=$1 cmd=$2
-		shift 2
-		# shellcheck disable=SC2086 # cmd is split on purpose
-		(
-			t=$SECONDS
-			$cmd
-			steps_log "    $name done in $((SECONDS - t))s"
-		) >"$STEPS_LOG_DIR/$tag-$name.log" 2>&1 &
-		pids+=("$!")
-		names+=("$name")
-	done
-	for i in "${!pids[@]}"; do
-		wait "${pids[$i]}" || failed+=("${names[$i]}")
-	done
-	[ ${#failed[@]} -gt 0 ] || return 0
-	for name in "${failed[@]}"; do
-		log=$STEPS_LOG_DIR/$tag-$name.log
-		echo "$name failed; the end of $log:"
-		tail -n 4 "$log" | sed 's/^/  /'
-	done
-	echo "$STEPS_PREFIX: ${failed[*]} failed"
-	return 1
 }
 
 steps_summary() {

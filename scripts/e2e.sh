@@ -47,7 +47,7 @@ trap 'exit 130' INT
 # Network- and disk-bound work starts first, beside the CPU-bound node image build: the modules the
 # test and the plugin need, and the workload image (debootstrap).
 go list -deps -test -tags kind ./harness/e2e/ ./plugin/cmd/vgpu-device-plugin ./plugin/cmd/vgpu-monitor \
-	>"$steps_dir/modules.log" 2>&1 &
+	>/dev/null 2>"$steps_dir/modules.log" &
 modules_pid=$!
 BG_PIDS+=("$modules_pid")
 scripts/workload-image.sh >"$steps_dir/workload-image.log" 2>&1 &

@@ -54,8 +54,6 @@ step() {
 	STEP_NAME= STEP_LOG=
 }
 
-# steps_heartbeat runs in the background while a step runs. Its sleep is killed with it and holds
-# no output open, so a caller reading the script's output sees its end when the script ends.
 # step_shown NAME CMD...: see the header. No log and no heartbeat: CMD reports for itself.
 step_shown() {
 	local name=$1
@@ -70,6 +68,8 @@ step_shown() {
 	STEP_NAME=
 }
 
+# steps_heartbeat runs in the background while a step runs. Its sleep is killed with it and holds
+# no output open, so a caller reading the script's output sees its end when the script ends.
 steps_heartbeat() {
 	local every=${LIMITBED_STEP_HEARTBEAT_S:-60} start=$SECONDS note sleeper=
 	trap '[ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null; exit 0' TERM

@@ -54,9 +54,11 @@ scripts/workload-image.sh >"$steps_dir/workload-image.log" 2>&1 &
 workload_pid=$!
 BG_PIDS+=("$workload_pid")
 
-# The choice (LIMITBED_NODE_IMAGE) is harness/nodeimage's, the same code the test would use.
+# The choice (LIMITBED_NODE_IMAGE) is harness/nodeimage's, the same code the test would use. Built
+# as the node image's Go builds are (CGO_ENABLED=0, -trimpath), what this compiles of the standard
+# library on a cold machine is what the node image's build then finds in Go's build cache.
 choose_node_image() {
-	go run -trimpath ./harness/cmd/e2e-node-image "$PWD" >"$steps_dir/node-image.choice"
+	CGO_ENABLED=0 go run -trimpath ./harness/cmd/e2e-node-image "$PWD" >"$steps_dir/node-image.choice"
 	cat "$steps_dir/node-image.choice"
 }
 step "node image: choose (LIMITBED_NODE_IMAGE=${LIMITBED_NODE_IMAGE:-auto})" choose_node_image

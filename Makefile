@@ -54,10 +54,10 @@ matrix: ## the compatibility matrix (plugin × core × delivery × launch method
 		$(if $(PLUGIN_OLD),--plugin-old='$(PLUGIN_OLD)') \
 		$(if $(PLUGIN_OLD_ARGS),--plugin-old-args='$(PLUGIN_OLD_ARGS)')
 
-e2e: ## end-to-end tests in a kind cluster (real kubelet, the Helm chart, offline node image here)
+e2e: ## end-to-end tests in a kind cluster: the images first (node-image when offline), then the test
 	@scripts/e2e.sh
 
-node-image: ## build the offline kind node image (Debian packages and Go modules only; cached)
+node-image: ## build the offline kind node image (Debian packages and Go modules only; cached; step logs)
 	@scripts/node-image.sh
 
 images: ## build the device-plugin and workload images locally (no registry)

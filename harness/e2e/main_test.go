@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"flag"
@@ -11,7 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,8 +35,22 @@ type testEnv struct {
 	logger  *slog.Logger
 }
 
+// pluginImage is the device plugin image make e2e built for this run (LIMITBED_E2E_PLUGIN_IMAGE:
+// scripts/e2e.sh tags it with the cluster's name, so that another tree's run on the machine cannot
+// replace it under this one).
+var pluginImage = cmp.Or(os.Getenv("LIMITBED_E2E_PLUGIN_IMAGE"), "limitbed/device-plugin:dev")
+
+// The set-up's deadlines, one per phase and only for what the phase does: no image is built here
+// (make e2e builds them first, scripts/e2e.sh). The scenarios are bounded by go test's -timeout.
 const (
-	pluginImage  = "limitbed/device-plugin:dev"
+	imagesDeadline  = 2 * time.Minute  // the images are in the Docker store
+	createDeadline  = 10 * time.Minute // kind: nodes started, control plane Ready
+	loadDeadline    = 10 * time.Minute // docker save once, ctr import into every node
+	chartDeadline   = 5 * time.Minute  // helm install, the DaemonSets Ready
+	pluginsDeadline = 5 * time.Minute  // every worker advertises nvidia.com/gpu
+)
+
+const (
 	fakeProfile  = "a16-16q"
 	migProfile   = "a100-mig" // the MIG worker's fake GPU: an A100 with three MIG instances
 	fileWorker   = 0          // worker index: global file mode
@@ -55,9 +70,7 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	e, cleanup, err := setup(ctx, logger)
+	e, cleanup, err := setup(logger)
 	if err != nil {
 		logger.Error("e2e setup failed", "err", err)
 		exportLogs(logger, e)
@@ -75,18 +88,36 @@ func run(m *testing.M) int {
 	return code
 }
 
-// phase runs one setup step and logs its duration.
-func phase(logger *slog.Logger, name string, f func() error) error {
+// phase runs one set-up step under its own deadline and logs its duration.
+func phase(logger *slog.Logger, name string, deadline time.Duration, f func(ctx context.Context) error) error {
 	start := time.Now()
-	logger.Info("phase start", "phase", name)
-	if err := f(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	logger.Info("phase start", "phase", name, "deadline", deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		return fmt.Errorf("%s (deadline %s): %w", name, deadline, err)
 	}
 	logger.Info("phase done", "phase", name, "seconds", int(time.Since(start).Seconds()))
 	return nil
 }
 
-func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
+// requireImages checks that the images make e2e built are in the Docker store, and names the node
+// image. It builds nothing.
+func requireImages(ctx context.Context, logger *slog.Logger, root string) (kindcluster.NodeImage, error) {
+	image, err := kindcluster.ResolveNodeImage(ctx, logger, root)
+	if err != nil {
+		return image, err
+	}
+	for _, ref := range []string{pluginImage, sandbox.WorkloadImage} {
+		if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", ref).CombinedOutput(); err != nil {
+			return image, fmt.Errorf("image %s is not in the Docker store (%v: %s): make e2e builds the images before "+
+				"its tests start (scripts/e2e.sh; E2E_RUN=<test> for one scenario)", ref, err, bytes.TrimSpace(out))
+		}
+	}
+	return image, nil
+}
+
+func setup(logger *slog.Logger) (*testEnv, func(), error) {
 	e := &testEnv{logger: logger}
 	noop := func() {}
 	root, err := sandbox.RepoRoot()
@@ -98,40 +129,21 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 		return nil, noop, err
 	}
 
-	// The plugin and workload images build while the node image is resolved and the cluster created.
-	var imgErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		imgErr = phase(logger, "plugin and workload images", func() error {
-			cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "plugin-image.sh"))
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("scripts/plugin-image.sh: %w\n%s", err, out)
-			}
-			return sandbox.EnsureWorkloadImage(ctx)
-		})
-	}()
-
 	var image kindcluster.NodeImage
-	if err := phase(logger, "node image", func() (err error) {
-		image, err = kindcluster.ResolveNodeImage(ctx, logger, root)
+	if err := phase(logger, "images present", imagesDeadline, func(ctx context.Context) (err error) {
+		image, err = requireImages(ctx, logger, root)
 		return err
 	}); err != nil {
-		wg.Wait()
 		return nil, noop, err
 	}
 	stateRoot, err := os.MkdirTemp("", "limitbed-e2e-fakegpu-")
 	if err != nil {
-		wg.Wait()
 		return nil, noop, err
 	}
 	var workers []kindcluster.Worker
 	for i, mode := range []string{"file", "env-node-override", "mig"} {
 		dir := filepath.Join(stateRoot, fmt.Sprintf("worker%d", i))
 		if err := os.MkdirAll(dir, 0o777); err != nil {
-			wg.Wait()
 			return nil, noop, err
 		}
 		workers = append(workers, kindcluster.Worker{
@@ -142,7 +154,6 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 	}
 	dir, err := os.MkdirTemp("", "limitbed-e2e-")
 	if err != nil {
-		wg.Wait()
 		return nil, noop, err
 	}
 	cleanup := func() {
@@ -158,29 +169,24 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 		os.RemoveAll(stateRoot)
 		os.RemoveAll(dir)
 	}
-	err = phase(logger, "create cluster", func() (err error) {
+	if err := phase(logger, "create cluster", createDeadline, func(ctx context.Context) (err error) {
 		e.c, err = kindcluster.Create(ctx, logger, kindcluster.Options{Name: clusterName, Image: image, Workers: workers, Dir: dir})
 		return err
-	})
-	wg.Wait()
-	if err != nil {
+	}); err != nil {
 		return e, cleanup, err
 	}
-	if imgErr != nil {
-		return e, cleanup, imgErr
-	}
-	if err := phase(logger, "load images", func() error {
+	if err := phase(logger, "load images", loadDeadline, func(ctx context.Context) error {
 		return e.c.LoadImages(ctx, pluginImage, sandbox.WorkloadImage)
 	}); err != nil {
 		return e, cleanup, err
 	}
 	e.release = kindcluster.Release{Name: "limitbed", Namespace: "limitbed-system", Chart: filepath.Join(root, "deployments", "helm", "limitbed")}
-	if err := phase(logger, "helm install", func() error {
+	if err := phase(logger, "helm install", chartDeadline, func(ctx context.Context) error {
 		return e.c.HelmInstall(ctx, e.release, chartValues("file", true), 3*time.Minute)
 	}); err != nil {
 		return e, cleanup, err
 	}
-	if err := phase(logger, "device plugins registered", func() error {
+	if err := phase(logger, "device plugins registered", pluginsDeadline, func(ctx context.Context) error {
 		for i := range workers {
 			if err := waitGPUs(ctx, e.c, e.c.Worker(i), 2*time.Minute); err != nil {
 				return err
@@ -197,13 +203,17 @@ func setup(ctx context.Context, logger *slog.Logger) (*testEnv, func(), error) {
 // on the second worker, the third worker's MIG GPU and mode, the pod annotation gate, and a fast
 // monitor.
 func chartValues(global string, envOverride bool) map[string]any {
+	repo, tag := pluginImage, "latest"
+	if i := strings.LastIndex(pluginImage, ":"); i > strings.LastIndex(pluginImage, "/") {
+		repo, tag = pluginImage[:i], pluginImage[i+1:]
+	}
 	migNode := clusterName + "-worker3"
 	nodeConfig := []any{map[string]any{"name": migNode, "operatingmode": "mig"}}
 	if envOverride {
 		nodeConfig = append(nodeConfig, map[string]any{"name": clusterName + "-worker2", "limitdelivery": "env"})
 	}
 	return map[string]any{
-		"image":        map[string]any{"repository": "limitbed/device-plugin", "tag": "dev", "pullPolicy": "Never"},
+		"image":        map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
 		"nodeSelector": map[string]any{gpuNodeLabel: "true"},
 		"devicePlugin": map[string]any{
 			"limitDelivery": global, "allowPodLimitDeliveryOverride": true, "privileged": false, "verbosity": 4,

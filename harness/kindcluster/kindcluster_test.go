@@ -52,24 +52,6 @@ func TestWorkerName(t *testing.T) {
 	}
 }
 
-func TestResolveNodeImageExplicit(t *testing.T) {
-	cases := []struct {
-		env, want string
-		offline   bool
-	}{
-		{"stock", stockImage, false},
-		{"example.org/node:v1", "example.org/node:v1", false},
-		{"limitbed/kind-node:v1.37.2-abc", "limitbed/kind-node:v1.37.2-abc", true},
-	}
-	for _, tc := range cases {
-		t.Setenv(EnvNodeImage, tc.env)
-		got, err := ResolveNodeImage(context.Background(), discard(), t.TempDir())
-		if err != nil || got.Ref != tc.want || got.Offline != tc.offline {
-			t.Errorf("%s=%s: got %+v, %v; want %s offline=%v", EnvNodeImage, tc.env, got, err, tc.want, tc.offline)
-		}
-	}
-}
-
 func TestBindWritesHAMiAnnotations(t *testing.T) {
 	t.Parallel()
 	pod := &corev1.Pod{

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/limitbed/limitbed/harness/nodeimage"
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
@@ -62,11 +63,11 @@ func Kind(ctx context.Context, logger *slog.Logger, root string) Result {
 	if r := Docker(ctx, logger); !r.OK {
 		return Result{Tier: "kind", Detail: "needs a Docker engine: " + r.Detail, Fix: r.Fix}
 	}
-	img, err := offlineNodeImage(ctx, root)
+	img, err := nodeimage.OfflineRef(ctx, root)
 	if err != nil {
 		return fail("kind", err, "run from a limitbed checkout (LIMITBED_ROOT=...)")
 	}
-	if exec.CommandContext(ctx, "docker", "image", "inspect", img).Run() == nil {
+	if nodeimage.Present(ctx, img) {
 		return Result{Tier: "kind", OK: true, Detail: "node image " + img + " present (make e2e)"}
 	}
 	if missing := missingTools("go", "gcc", "debootstrap", "containerd", "ctr", "jq"); len(missing) > 0 {
@@ -78,20 +79,6 @@ func Kind(ctx context.Context, logger *slog.Logger, root string) Result {
 			Fix: "sudo make node-image"}
 	}
 	return Result{Tier: "kind", OK: true, Detail: "node image " + img + " not built yet: make e2e builds it first (make node-image alone)"}
-}
-
-// offlineNodeImage asks scripts/node-image.sh for the image name its inputs hash to.
-func offlineNodeImage(ctx context.Context, root string) (string, error) {
-	script := filepath.Join(root, "scripts", "node-image.sh")
-	out, err := exec.CommandContext(ctx, script, "--print").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s --print: %w", script, err)
-	}
-	img := strings.TrimSpace(string(out))
-	if img == "" {
-		return "", fmt.Errorf("%s --print printed nothing", script)
-	}
-	return img, nil
 }
 
 // GPU: an NVIDIA driver answering nvidia-smi (scripts/gpu-check.sh).

@@ -7,8 +7,10 @@
  * ordinal has its own 1 TiB window; a first-fit search over the sorted table reuses freed ranges.
  * Sizes are charged in 2 MiB granules, the page size a real GPU hands out large allocations in.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 
@@ -89,6 +91,19 @@ void fg_mem_uncharge(int ordinal, uint64_t bytes) {
     fg_state_unlock(&fg_cu.st);
 }
 
+/* FAKEGPU_ALLOC_DELAY_MS=N: every device allocation spends N ms in the driver before it takes any
+ * lock, as a slow real one can. Read at each allocation (not at cuInit), so a test can slow down
+ * one call: a signal that arrives then finds its thread inside the driver. */
+void fg_alloc_delay(void) {
+    const char *v = getenv("FAKEGPU_ALLOC_DELAY_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0 || ms > 60000)
+        return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 /* The one path every device allocation takes: fault check, address, shared charge (or the
  * pool's), table. */
 static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound, struct fg_pool *pool,
@@ -101,6 +116,7 @@ static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, in
         dev = c->dev;
     if (fg_cu_lost(dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    fg_alloc_delay();
     unsigned long nth = __atomic_add_fetch(&fg_cu.alloc_calls, 1, __ATOMIC_RELAXED);
     if (fg_cu.cfg.faults.fail_alloc && nth == fg_cu.cfg.faults.fail_alloc)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -149,6 +149,7 @@ FG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
         return CUDA_ERROR_INVALID_DEVICE;
     if (fg_cu_lost(dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    fg_alloc_delay();
     unsigned long nth = __atomic_add_fetch(&fg_cu.alloc_calls, 1, __ATOMIC_RELAXED);
     if (fg_cu.cfg.faults.fail_alloc && nth == fg_cu.cfg.faults.fail_alloc)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -3,6 +3,7 @@
 #include "context.h"
 
 #include "limitbed/region.h"
+#include "devmap.h"
 #include "graph.h"
 #include "memory.h"
 #include "reserve.h"
@@ -10,7 +11,8 @@
 
 /* The primary context of each device, as cuDevicePrimaryCtxRetain handed it out: what a reset or
  * the last release destroys. */
-static _Atomic uintptr_t g_primary[LB_REGION_MAX_DEVICES];
+#define MAX_ORD 256
+static _Atomic uintptr_t g_primary[MAX_ORD];
 
 /* The driver freed everything ctx owned: so do we (allocations, and what pools and graph
  * memory gave back with it). */
@@ -26,7 +28,7 @@ static void ctx_gone(uintptr_t ctx)
 
 static uintptr_t primary_of(CUdevice dev)
 {
-    return dev >= 0 && dev < LB_REGION_MAX_DEVICES ? atomic_load(&g_primary[dev]) : 0;
+    return dev >= 0 && dev < MAX_ORD ? atomic_load(&g_primary[dev]) : 0;
 }
 
 /* After a release: the context is gone once the driver says it is inactive. */
@@ -42,7 +44,7 @@ static void released(CUdevice dev)
 _Atomic unsigned long lb_ctx_epoch = 1;
 _Thread_local struct lb_dev_cache lb_tls_dev __attribute__((tls_model("initial-exec")));
 
-int lb_cur_device_slow(int *dev)
+int lb_cur_slow(void)
 {
     /* Snapshot the epoch before asking: a destroy racing with the call then invalidates what we
      * cache instead of being overwritten by it. */
@@ -51,14 +53,16 @@ int lb_cur_device_slow(int *dev)
     CUcontext c = NULL;
     __typeof__(&cuCtxGetDevice) f = LB_REAL(cuCtxGetDevice);
     __typeof__(&cuCtxGetCurrent) g = LB_REAL(cuCtxGetCurrent);
-    if (!f || f(&d) != CUDA_SUCCESS || d < 0 || d >= LB_REGION_MAX_DEVICES)
+    if (!f || f(&d) != CUDA_SUCCESS || d < 0)
         return -1; /* no current context: not cached, the driver will refuse the call itself */
     if (g)
         (void)g(&c);
-    lb_tls_dev.dev = d;
+    int phys = lb_phys_index(d);
+    lb_tls_dev.ord = d;
+    lb_tls_dev.phys = phys < LB_REGION_MAX_DEVICES ? phys : -1;
     lb_tls_dev.ctx = (uintptr_t)c;
-    lb_tls_dev.epoch = epoch;
-    *dev = d;
+    /* An unknown GPU is asked again next time (its allocations are refused meanwhile). */
+    lb_tls_dev.epoch = phys >= 0 ? epoch : 0;
     return 0;
 }
 
@@ -168,7 +172,7 @@ LB_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     REAL_OR_FAIL(cuDevicePrimaryCtxRetain);
     CUresult r = real(pctx, dev);
-    if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < LB_REGION_MAX_DEVICES)
+    if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < MAX_ORD)
         atomic_store(&g_primary[dev], (uintptr_t)*pctx);
     return r;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "devmap.h"
 #include "graph.h"
 #include "init.h"
 #include "limiter.h"
@@ -44,7 +45,8 @@ struct ptr_size {
 struct exec_rec {
     CUgraphExec x;
     uint64_t bytes; /* all its allocation nodes */
-    int dev;
+    int dev;        /* the CUDA ordinal its allocation nodes are on (the driver's calls) */
+    int phys;       /* its GPU (the region's index), -1: not known */
     int opaque;     /* too many memory nodes to follow: pre-checked by the driver's figure */
     int nesc, nfree;
     struct ptr_size esc[MAX_ESC]; /* allocated by the graph, not freed by it */
@@ -149,8 +151,11 @@ static void remember(CUgraphExec x, CUgraph g)
     }
     if (e.opaque)
         log_once("a graph of more than 8 allocation or free nodes");
-    if ((!e.bytes && !e.nfree) || e.dev < -1 || e.dev >= LB_REGION_MAX_DEVICES)
+    if (!e.bytes && !e.nfree)
         return;
+    e.phys = e.dev >= 0 ? lb_phys_index(e.dev) : -1;
+    if (e.phys >= LB_REGION_MAX_DEVICES)
+        e.phys = -1;
     pthread_mutex_lock(&g_mu);
     if (g_nexecs < MAX_EXECS)
         g_execs[g_nexecs++] = e;
@@ -181,22 +186,21 @@ static void launched(const struct exec_rec *e)
 {
     if (!e->nfree && !e->nesc)
         return; /* the common captured graph: allocates and frees within itself */
-    int dev;
-    uintptr_t ctx = lb_cur_device(&dev) == 0 ? lb_cur_ctx() : 0;
+    uintptr_t ctx = lb_cur_fresh() ? lb_cur_ctx() : 0;
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < e->nfree; i++)
         (void)live_drop_locked(e->frees[i]);
     for (int i = 0; i < e->nesc; i++) {
-        if (e->dev < 0)
+        if (e->phys < 0)
             break;
         (void)live_drop_locked(e->esc[i].p); /* a relaunch after its free: the same address again */
         if (g_nlive == MAX_LIVE) {
-            g_live_lost[e->dev] = 1;
+            g_live_lost[e->phys] = 1;
             log_once("more than 1024 live graph allocations");
             break;
         }
-        g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->dev, ctx};
-        g_live_bytes[e->dev] += e->esc[i].size;
+        g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->phys, ctx};
+        g_live_bytes[e->phys] += e->esc[i].size;
     }
     pthread_mutex_unlock(&g_mu);
 }
@@ -225,7 +229,7 @@ void lb_graph_ctx_gone(uintptr_t ctx)
 static uint64_t live_bytes(const struct exec_rec *e)
 {
     pthread_mutex_lock(&g_mu);
-    uint64_t v = e->opaque || g_live_lost[e->dev] ? UINT64_MAX : g_live_bytes[e->dev];
+    uint64_t v = e->opaque || g_live_lost[e->phys] ? UINT64_MAX : g_live_bytes[e->phys];
     pthread_mutex_unlock(&g_mu);
     return v;
 }
@@ -310,7 +314,7 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
     if (!enforcing() || !lookup(x, &e, 0))
         return call(x, s);
     CUresult r;
-    if (!e.bytes || e.dev < 0) { /* only frees: nothing to check */
+    if (!e.bytes) { /* only frees: nothing to check */
         lb_guard_enter();
         r = call(x, s);
         lb_guard_leave();
@@ -322,17 +326,21 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
         lb_log_no_region(api);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (e.phys < 0) {
+        LB_WARN("%s: CUDA device %d: graph memory refused: the library cannot tell which GPU it is", api, e.dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uint64_t growth = lb_graph_growth(e.dev, e.bytes, live_bytes(&e));
-    if (!lb_region_reserve(e.dev, growth) && !(lb_reserve_settle_all(e.dev) && lb_region_reserve(e.dev, growth))) {
+    if (!lb_region_reserve(e.phys, growth) && !(lb_reserve_settle_all(e.phys) && lb_region_reserve(e.phys, growth))) {
         LB_WARN("%s: device %d: graph memory of %llu bytes refused: the container uses %llu of its %llu-byte limit", api,
-                e.dev, (unsigned long long)e.bytes, (unsigned long long)lb_region_usage(e.dev),
-                (unsigned long long)lb_region_limit(e.dev));
+                e.dev, (unsigned long long)e.bytes, (unsigned long long)lb_region_usage(e.phys),
+                (unsigned long long)lb_region_limit(e.phys));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     lb_guard_enter();
     r = call(x, s);
     lb_guard_leave();
-    lb_region_release(e.dev, growth);
+    lb_region_release(e.phys, growth);
     lb_graph_settle(e.dev);
     if (r == CUDA_SUCCESS && launch)
         launched(&e);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "devmap.h"
 #include "graph.h"
 #include "init.h"
 #include "log.h"
@@ -228,13 +229,28 @@ static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_
     return CH_REFUSED;
 }
 
-/* Reserve on the device of the current context; no context: pass through (the driver refuses). */
+static void __attribute__((noinline, cold)) log_unplaced(const char *api)
+{
+    int ord = lb_tls_dev.ord;
+    LB_WARN("%s: CUDA device %d: refused: the library cannot tell which GPU it is, so its memory cannot be charged", api,
+            ord);
+}
+
+/* Reserve on the GPU of the current context; no context: pass through (the driver refuses); a
+ * device that cannot be placed on a GPU: refused. */
 static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes)
 {
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0)
+    int phys, ord;
+    if (!enforcing())
         return CH_PASS;
-    int st = charge_dev(c, api, dev, bytes);
+    int cur = lb_cur_mem(&phys, &ord);
+    if (__builtin_expect(cur != 0, 0)) {
+        if (cur == LB_CUR_NONE)
+            return CH_PASS;
+        log_unplaced(api);
+        return CH_REFUSED;
+    }
+    int st = charge_dev(c, api, phys, bytes);
     c->owner = lb_cur_ctx();
     return st;
 }
@@ -283,12 +299,19 @@ typedef CUresult (*pool_call)(CUdeviceptr *, size_t, CUmemoryPool, CUstream, voi
 static CUresult pool_alloc(const char *api, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
                            pool_call call, void *real)
 {
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0 || lb_stream_capturing(s))
+    int dev, ord;
+    if (!enforcing())
+        return call(dptr, bytes, pool, s, real);
+    int cur = lb_cur_mem(&dev, &ord);
+    if (cur == LB_CUR_UNKNOWN) {
+        log_unplaced(api);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (cur != 0 || lb_stream_capturing(s))
         return call(dptr, bytes, pool, s, real);
     CUmemoryPool from = pool;
     __typeof__(&cuDeviceGetMemPool) getpool = LB_REAL(cuDeviceGetMemPool);
-    if (!from && (!getpool || getpool(&from, dev) != CUDA_SUCCESS))
+    if (!from && (!getpool || getpool(&from, ord) != CUDA_SUCCESS))
         from = NULL;
     struct charge c;
     uint64_t growth = from ? lb_pool_growth(from, bytes) : bytes;
@@ -348,8 +371,8 @@ LB_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
 LB_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     REAL_OR_FAIL(cuMemPoolTrimTo);
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0)
+    int dev, ord;
+    if (!enforcing() || lb_cur_mem(&dev, &ord) != 0)
         return real(pool, minBytesToKeep);
     lb_guard_enter();
     CUresult r = real(pool, minBytesToKeep);
@@ -477,8 +500,8 @@ LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     lb_guard_enter();
     CUresult r = real(free, total);
     lb_guard_leave();
-    int dev;
-    if (r != CUDA_SUCCESS || lb_cur_device(&dev) != 0)
+    int dev, ord;
+    if (r != CUDA_SUCCESS || lb_cur_mem(&dev, &ord) != 0)
         return r;
     uint64_t lim = lb_region_limit(dev);
     if (lim == LB_MEM_UNLIMITED)
@@ -501,9 +524,10 @@ LB_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     lb_guard_enter();
     CUresult r = real(bytes, dev);
     lb_guard_leave();
-    if (r != CUDA_SUCCESS || !bytes || dev < 0 || dev >= LB_REGION_MAX_DEVICES)
+    int phys = r == CUDA_SUCCESS && bytes ? lb_phys_index(dev) : -1;
+    if (phys < 0 || phys >= LB_REGION_MAX_DEVICES)
         return r;
-    uint64_t lim = lb_region_limit(dev);
+    uint64_t lim = lb_region_limit(phys);
     if (lim != LB_MEM_UNLIMITED)
         *bytes = (size_t)lim;
     return r;

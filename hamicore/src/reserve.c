@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "devmap.h"
 #include "region.h"
 
 #define MAX_POOLS 256
@@ -20,7 +21,10 @@ struct pool_slot {
 };
 
 static struct pool_slot g_pools[MAX_POOLS];
+/* Per GPU (region index): what its graph memory pool is charged, and the CUDA ordinal this
+ * process asks the driver about it with. */
 static _Atomic uint64_t g_graph_charged[LB_REGION_MAX_DEVICES];
+static _Atomic int g_graph_ord[LB_REGION_MAX_DEVICES];
 
 static struct pool_slot *slot_of(CUmemoryPool pool, int dev)
 {
@@ -77,7 +81,7 @@ void lb_pool_settle(CUmemoryPool pool, int dev)
     if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) ||
         !(s = slot_of(pool, dev)))
         return; /* no figure or no slot: the allocations stay charged as they were */
-    move_to(&s->charged, dev, res);
+    move_to(&s->charged, atomic_load(&s->dev), res);
 }
 
 static int graph_attr(int dev, CUgraphMem_attribute a, uint64_t *v)
@@ -97,12 +101,15 @@ uint64_t lb_graph_growth(int dev, uint64_t bytes, uint64_t live)
     return bytes > spare ? bytes - spare : 0;
 }
 
-void lb_graph_settle(int dev)
+void lb_graph_settle(int ord)
 {
     uint64_t res;
-    if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res))
+    int phys = lb_phys_index(ord);
+    if (!lb_region || phys < 0 || phys >= LB_REGION_MAX_DEVICES ||
+        graph_attr(ord, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res))
         return;
-    move_to(&g_graph_charged[dev], dev, res);
+    atomic_store(&g_graph_ord[phys], ord);
+    move_to(&g_graph_charged[phys], phys, res);
 }
 
 int lb_reserve_settle_all(int dev)
@@ -118,7 +125,7 @@ int lb_reserve_settle_all(int dev)
             lb_pool_settle((CUmemoryPool)p, dev);
     }
     if (atomic_load(&g_graph_charged[dev]))
-        lb_graph_settle(dev);
+        lb_graph_settle(atomic_load(&g_graph_ord[dev]));
     return lb_region_usage(dev) < before;
 }
 

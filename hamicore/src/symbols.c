@@ -76,13 +76,38 @@ __attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) 
     return f ? f(handle, name) : NULL;
 }
 
+/* NVML from where the CUDA driver the program loaded lives, first: the two ship together, and a
+ * process may find libcuda.so.1 through its own RUNPATH where a plain dlopen of
+ * libnvidia-ml.so.1 looks in the default directories only (and may find another driver's). */
+static void *beside_cuda(const char *soname)
+{
+    void *cuda = g_handle[LB_LIB_CUDA]; /* opened before NVML's mutex was taken (lock order) */
+    void *sym = cuda ? lb_real_dlsym(cuda, "cuInit") : NULL;
+    Dl_info info;
+    char path[4096];
+    if (!sym || !dladdr(sym, &info) || !info.dli_fname)
+        return NULL;
+    const char *slash = strrchr(info.dli_fname, '/');
+    size_t dir = slash ? (size_t)(slash - info.dli_fname) : 0;
+    if (!slash || dir + 1 + strlen(soname) >= sizeof path)
+        return NULL;
+    memcpy(path, info.dli_fname, dir + 1);
+    strcpy(path + dir + 1, soname);
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
 static void *lib_handle(int lib)
 {
     if (__builtin_expect(!atomic_load_explicit(&g_lib_done[lib], memory_order_acquire), 0)) {
+        if (lib == LB_LIB_NVML)
+            (void)lib_handle(LB_LIB_CUDA); /* CUDA's mutex comes first (beside_cuda) */
         lb_guard_enter(); /* a driver's constructors may call dlsym/NVML while it loads */
         pthread_mutex_lock(&g_lib_mu[lib]);
         if (!atomic_load_explicit(&g_lib_done[lib], memory_order_relaxed)) {
-            g_handle[lib] = dlopen(k_sonames[lib], RTLD_NOW | RTLD_LOCAL);
+            if (lib == LB_LIB_NVML)
+                g_handle[lib] = beside_cuda(k_sonames[lib]);
+            if (!g_handle[lib])
+                g_handle[lib] = dlopen(k_sonames[lib], RTLD_NOW | RTLD_LOCAL);
             atomic_store_explicit(&g_lib_done[lib], 1, memory_order_release);
         }
         pthread_mutex_unlock(&g_lib_mu[lib]);

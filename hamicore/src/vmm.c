@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "context.h"
+#include "devmap.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"
@@ -86,10 +87,13 @@ LB_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
                                unsigned long long flags)
 {
     REAL_OR_FAIL(cuMemCreate);
-    if (!enforcing() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-        prop->location.id >= LB_REGION_MAX_DEVICES)
+    if (!enforcing() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0)
         return real(handle, size, prop, flags); /* host-located or invalid: the driver decides */
-    int dev = prop->location.id;
+    int dev = lb_phys_index(prop->location.id);
+    if (dev < 0 || dev >= LB_REGION_MAX_DEVICES) {
+        LB_WARN("cuMemCreate: CUDA device %d: refused: the library cannot tell which GPU it is", prop->location.id);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (!lb_region || !lb_region_reserve(dev, size)) {
         if (!lb_region)
             lb_log_no_region("cuMemCreate");

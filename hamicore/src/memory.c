@@ -197,7 +197,8 @@ void lb_log_no_region(const char *api)
 {
     static _Atomic int logged;
     if (!atomic_exchange(&logged, 1))
-        LB_ERROR("%s: no usage region could be attached (not even a private one): every allocation is refused", api);
+        LB_ERROR("%s: refused, as every allocation of this process: %s", api,
+                 lb_region_refusal ? lb_region_refusal : "no usage region could be attached");
 }
 
 static void __attribute__((noinline, cold)) log_refusal(const char *api, int dev, uint64_t bytes)

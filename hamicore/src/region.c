@@ -5,8 +5,18 @@
  * range (released by the kernel if the creator dies); the magic is written last, so a region
  * without it is re-initialised by the next process. Slot bookkeeping runs under a process-shared
  * robust mutex inside the file (a holder that dies leaves EOWNERDEAD, which we make consistent).
- * Each live process holds an fcntl write lock on its slot's byte: F_GETLK tells any process, in
- * any PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
+ * Each live process holds a write lock on its slot's byte: F_OFD_GETLK tells any process, in any
+ * PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
+ *
+ * Liveness must survive whatever the program does with descriptors: it may close every
+ * descriptor it did not open (closefrom), close one twice, or open and close usage.cache itself —
+ * and a classic POSIX lock is dropped when the process closes ANY descriptor of the file. So the
+ * locks are open-file-description locks taken on the description the region is mapped from: the
+ * mapping holds a reference to that description for the life of the process, so the lock goes
+ * only when the process dies (or unmaps the region), whatever happens to the descriptor. A
+ * forked child maps the file again from a description of its own, so the parent's lock does not
+ * live on in it. The descriptor number itself is not trusted after init: before each use it is
+ * checked to still be this file, else the file is opened again.
  *
  * Library manners: no umask change (fchmod of a file we created instead), no signal handlers,
  * no exit(); every failure degrades to a private region with the process's own limits.
@@ -28,17 +38,45 @@
 
 struct lb_region_header *lb_region;
 _Atomic(struct lb_region_slot *) lb_region_slot;
+uint64_t lb_own_limit[LB_REGION_MAX_DEVICES];
+const char *lb_region_refusal;
 static int g_fd = -1;
+static dev_t g_dev; /* the region file's identity, to recognise g_fd */
+static ino_t g_ino;
+static char g_path[4096];
 static int g_slot_idx = -1;
 static pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lb_region_slot g_overflow_slot; /* all slots taken: account locally only */
 
+/* A descriptor of the region file: g_fd while it still is one (the program may have closed it,
+ * or reused its number for a file of its own), else the file opened again by its path; -1 if
+ * neither works (then nothing is reclaimed and no slot is claimed: on doubt, over-count). */
+static int region_fd(void)
+{
+    struct stat st;
+    if (g_fd >= 0 && fstat(g_fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino)
+        return g_fd;
+    if (!g_path[0])
+        return -1;
+    int fd = open(g_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino) {
+        close(fd); /* the path is another file now: not ours to judge liveness by */
+        return -1;
+    }
+    g_fd = fd; /* the old number is the program's now */
+    return fd;
+}
+
 static int lock_byte(int cmd, short type, off_t off)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
-    int r;
+    int r, fd = region_fd();
+    if (fd < 0)
+        return -1;
     do
-        r = fcntl(g_fd, cmd, &fl);
+        r = fcntl(fd, cmd, &fl);
     while (r != 0 && errno == EINTR);
     return r;
 }
@@ -47,7 +85,8 @@ static int lock_byte(int cmd, short type, off_t off)
 static int slot_alive(int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
-    if (fcntl(g_fd, F_GETLK, &fl) != 0)
+    int fd = region_fd();
+    if (fd < 0 || fcntl(fd, F_OFD_GETLK, &fl) != 0)
         return 1;
     return fl.l_type != F_UNLCK;
 }
@@ -144,8 +183,8 @@ struct lb_region_slot *lb_region_claim(void)
     for (int i = 0; i < LB_REGION_MAX_SLOTS; i++) {
         if (atomic_load(&s[i].state) != LB_SLOT_FREE)
             continue;
-        if (lock_byte(F_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
-            continue; /* someone alive holds it: not ours to take */
+        if (lock_byte(F_OFD_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
+            continue; /* someone alive holds it (or the file cannot be locked now): not ours to take */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         s[i].pid = (int32_t)getpid();
@@ -281,23 +320,48 @@ static struct lb_region_header *map_region(const struct lb_config *cfg, const ch
 
 static struct lb_region_header *attach(const struct lb_config *cfg, const char *path)
 {
-    if (lock_byte(F_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
+    struct stat st;
+    if (fstat(g_fd, &st) != 0) {
+        LB_ERROR("%s: fstat failed (errno %d)", path, errno);
+        return NULL;
+    }
+    g_dev = st.st_dev, g_ino = st.st_ino;
+    if (lock_byte(F_OFD_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
         LB_ERROR("%s: cannot take the creation lock (errno %d)", path, errno);
         return NULL;
     }
     struct lb_region_header *h = map_region(cfg, path);
-    lock_byte(F_SETLK, F_UNLCK, LB_REGION_LOCK_OFFSET);
+    lock_byte(F_OFD_SETLK, F_UNLCK, LB_REGION_LOCK_OFFSET);
     return h;
 }
 
+/* An error that says the process, not the file, is the problem (its descriptor table, memory):
+ * a private region would let N such processes hold N x the limit, so there is none. */
+static int transient(int err) { return err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR; }
+
 void lb_region_init(const struct lb_config *cfg)
 {
+    memcpy(lb_own_limit, cfg->mem_limit, sizeof lb_own_limit);
+    if (cfg->unusable[0]) {
+        lb_region_refusal = cfg->unusable; /* the limits file cannot be read: nothing to stamp or to join */
+        return;
+    }
     const char *path = cfg->cache_path;
+    lb_fmt(g_path, sizeof g_path, "%s", path);
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd >= 0) {
         fchmod(fd, 0666); /* every process of the pod shares it, whatever its uid; umask untouched */
     } else if (errno == EEXIST) {
         fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0 && transient(errno)) {
+        static char why[512];
+        lb_fmt(why, sizeof why, "%s: cannot be opened (%s): start the process with descriptors and memory to spare",
+               path, strerror(errno));
+        lb_region_refusal = why;
+        LB_ERROR("%s", why);
+        g_path[0] = 0;
+        return;
     }
     if (fd >= 0) {
         g_fd = fd;
@@ -311,7 +375,8 @@ void lb_region_init(const struct lb_config *cfg)
     }
     if (!lb_region) {
         /* Never crash, never run uncapped: enforce this process's own limits in a private region
-         * (a memfd, so fcntl slot locks and fork children work the same way). */
+         * (a memfd, so the slot locks and fork children work the same way). */
+        g_path[0] = 0;
         LB_ERROR("enforcing this process's own limits without the shared usage cache; other processes of the "
                  "pod are not counted");
         g_fd = memfd_create("limitbed-usage", MFD_CLOEXEC);
@@ -324,31 +389,65 @@ void lb_region_init(const struct lb_config *cfg)
                 lb_region = p;
                 stamp(lb_region, cfg, 1); /* anonymous memory is zero-filled */
             }
+            if (g_fd >= 0)
+                close(g_fd);
+            g_fd = -1;
         }
     } else {
         LB_DEBUG("%s: attached", path);
     }
-    if (!lb_region)
+    if (!lb_region) {
+        lb_region_refusal = "no usage region could be attached (not even a private one)";
         return;
+    }
     lb_region_mine(); /* join the pod's accounting now: the monitor sees the process from its first call */
 }
 
 /* fork: the claim lock is held across it, so the child never inherits it locked by a thread
- * that does not exist there. fcntl locks are not inherited: the child has no slot until it
- * claims one. */
+ * that does not exist there. The child has no slot until it claims one, and maps the region
+ * again from an open file description of its own: the inherited mapping holds the parent's
+ * description, whose slot lock would otherwise live as long as the child (a parent killed while
+ * its fork lives on would look alive). If that fails the child keeps the parent's mapping: the
+ * parent's slot may then outlive it (an over-count, never an under-count). */
 static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
+static void remap_own(void)
+{
+    if (!lb_region || g_fd < 0)
+        return; /* anonymous memory: nothing is locked */
+    char self[64];
+    lb_fmt(self, sizeof self, "/proc/self/fd/%d", g_fd);
+    int fd = open(g_path[0] ? g_path : self, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && g_path[0])
+        fd = open(self, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino ||
+        mmap(lb_region, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if (g_fd != fd) {
+        struct stat old;
+        if (fstat(g_fd, &old) == 0 && old.st_dev == g_dev && old.st_ino == g_ino)
+            close(g_fd); /* the inherited descriptor of the parent's description (still ours) */
+        g_fd = fd;
+    }
+}
 void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    remap_own();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
+
 /* The forking thread holds the claim lock (prepare): in the child it is that thread's to unlock. */
 static void fork_child(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    remap_own();
     pthread_mutex_unlock(&g_claim_lock);
 }
 static void __attribute__((constructor(101))) region_register_fork(void)
@@ -359,7 +458,7 @@ static void __attribute__((constructor(101))) region_register_fork(void)
 int lb_region_reserve_retry(int dev, uint64_t bytes)
 {
     struct lb_region_slot *s = lb_region_mine();
-    uint64_t lim = lb_region->mem_limit[dev];
+    uint64_t lim = lb_region_limit_of(dev);
     for (int attempt = 0;; attempt++) {
         if (bytes <= lim) {
             uint64_t t = lb_region_add(s, dev, bytes);

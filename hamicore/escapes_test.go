@@ -1,0 +1,312 @@
+package hamicore_test
+
+// Each class of escape the memory judge (harness/memjudge) stands for, reproduced on its own: a
+// test that failed on the library before the class was closed (docs/attacks.md, "Memory
+// accounting").
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+)
+
+// twoGPUs: a pod with two GPUs of different limits (3000 MiB on the first, 1000 MiB on the
+// second), in the limits file's order (NVML's, PCI order).
+func (e *env) twoGPUs(extra ...string) []string {
+	return e.limited(append([]string{"CUDA_DEVICE_MEMORY_LIMIT_1=1000m", "FAKEGPU_PROFILE=2x-a16-16q",
+		"FAKEGPU_PROFILE_DIR=" + filepath.Join(e.p.Root, "fakegpu", "profiles")}, extra...)...)
+}
+
+// Accounting is by physical GPU: CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER) renumber the
+// process's CUDA ordinals, which must not move a GPU's memory to another GPU's counter and limit.
+// Before: with CUDA_VISIBLE_DEVICES=1,0 the second GPU's memory was charged to the first GPU's
+// 3000 MiB limit (2000 MiB granted on a 1000 MiB GPU).
+func TestEscapeOrdinalIsNotTheGPU(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		cvd, device string
+		mib         int
+		want        bool // granted
+		total       int
+	}{
+		{"1,0", "0", 2000, false, 1000}, // ordinal 0 is the second GPU
+		{"1", "0", 2000, false, 1000},
+		{"1,0", "1", 2000, true, 3000}, // ordinal 1 is the first GPU
+		{"", "1", 2000, false, 1000},
+		{"", "0", 2000, true, 3000},
+	} {
+		environ := e.twoGPUs()
+		if tc.cvd != "" {
+			environ = append(environ, "CUDA_VISIBLE_DEVICES="+tc.cvd)
+		}
+		r := e.probe(environ, "cudaprobe", "--device", tc.device, "--mib", "2000")
+		if (tc.want && !granted(r)) || (!tc.want && !refused(r)) || r.TotalMiB != tc.total {
+			t.Errorf("CUDA_VISIBLE_DEVICES=%q, ordinal %s, 2000 MiB: %+v, want granted=%v of a %d MiB device",
+				tc.cvd, tc.device, r, tc.want, tc.total)
+		}
+	}
+	// Two processes that number the GPUs differently share each GPU's one counter.
+	first, lines := e.start(e.twoGPUs("CUDA_VISIBLE_DEVICES=1,0"), "cudaprobe", "--device", "0", "--mib", "800", "--hold", "30")
+	if r := parseProbe(t, nextLine(t, lines))[0]; !granted(r) {
+		t.Fatalf("800 MiB on the second GPU (ordinal 0 of CUDA_VISIBLE_DEVICES=1,0): %+v", r)
+	}
+	if r := e.probe(e.twoGPUs(), "cudaprobe", "--device", "1", "--mib", "400"); !refused(r) {
+		t.Errorf("400 MiB more on the second GPU (its ordinal 1 here) while another process holds 800 of its 1000 MiB: %+v, want refused", r)
+	}
+	if r := e.probe(e.twoGPUs(), "cudaprobe", "--device", "0", "--mib", "2800"); !granted(r) {
+		t.Errorf("2800 MiB on the first GPU while the second holds 800 MiB: %+v, want granted (different GPUs)", r)
+	}
+	first.Process.Kill()
+	first.Wait()
+}
+
+// memload drives harness/memjudge's workload interactively: one command, one reply.
+type memload struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines <-chan string
+	pid   int
+}
+
+func (e *env) memload(environ []string) *memload {
+	e.t.Helper()
+	c := e.cmd(environ, "memload")
+	in, err := c.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	pipe, err := c.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	e.t.Cleanup(func() {
+		in.Close()
+		c.Process.Kill()
+		c.Wait()
+		if e.t.Failed() && errb.Len() > 0 {
+			e.t.Logf("memload %d stderr:\n%s", c.Process.Pid, errb.String())
+		}
+	})
+	m := &memload{t: e.t, cmd: c, in: in, lines: lines}
+	if _, err := fmt.Sscanf(nextLine(e.t, lines), "hello %d", &m.pid); err != nil {
+		e.t.Fatalf("memload greeting: %v", err)
+	}
+	return m
+}
+
+// do sends one command and returns the reply ("ok ..." or "err CODE ...").
+func (m *memload) do(format string, args ...any) string {
+	m.t.Helper()
+	cmd := fmt.Sprintf(format, args...)
+	if _, err := io.WriteString(m.in, cmd+"\n"); err != nil {
+		m.t.Fatalf("memload %q: %v", cmd, err)
+	}
+	return nextLine(m.t, m.lines)
+}
+
+// must: the command succeeds.
+func (m *memload) must(format string, args ...any) string {
+	m.t.Helper()
+	r := m.do(format, args...)
+	if !strings.HasPrefix(r, "ok") {
+		m.t.Fatalf("memload %q: %s", fmt.Sprintf(format, args...), r)
+	}
+	return r
+}
+
+const oom = "err 2" // CUDA_ERROR_OUT_OF_MEMORY
+
+// truth: what the fake driver records the pod's processes holding on each GPU (fakegpu's
+// fgtruth), beyond one context per process and GPU.
+func (e *env) truth(environ []string) []uint64 {
+	e.t.Helper()
+	out, _ := e.run(environ, "fgtruth")
+	var tr struct {
+		Units []struct {
+			Used uint64 `json:"used"`
+		} `json:"units"`
+		Procs []struct {
+			Ctx []uint64 `json:"ctx"`
+		} `json:"procs"`
+	}
+	if err := json.Unmarshal([]byte(out), &tr); err != nil {
+		e.t.Fatalf("fgtruth: %v\n%s", err, out)
+	}
+	held := make([]uint64, len(tr.Units))
+	for u := range tr.Units {
+		held[u] = tr.Units[u].Used
+		for _, p := range tr.Procs {
+			held[u] -= min(p.Ctx[u], 300*mib)
+		}
+	}
+	return held
+}
+
+// Liveness survives any descriptor operation of the program: a process that opens and closes
+// usage.cache (which drops every POSIX lock it holds on the file) or closes every descriptor it
+// did not open must still count as alive, or the next process that is refused reclaims its slot
+// and the pod's total restarts from 0. Before: 2000 MiB granted next to a live 2000 MiB.
+func TestEscapeLivenessSurvivesDescriptors(t *testing.T) {
+	for _, op := range []string{"closecache", "closeall"} {
+		t.Run(op, func(t *testing.T) {
+			e := newEnv(t)
+			a := e.memload(e.limited())
+			a.must("init 0")
+			a.must("alloc 1 mem %d", 2000*mib)
+			if op == "closecache" {
+				a.must("closecache %s", e.cache)
+			} else {
+				a.must("closeall")
+			}
+			b := e.memload(e.limited())
+			b.must("init 0")
+			if r := b.do("alloc 1 mem %d", 2000*mib); r != oom {
+				t.Fatalf("2000 MiB next to a live process holding 2000 MiB (after it ran %s): %q, want refused", op, r)
+			}
+			if held := e.truth(e.limited()); held[0] > 3000*mib {
+				t.Fatalf("the pod holds %d MiB under a 3000 MiB limit", held[0]/mib)
+			}
+			// A process that really died gives its memory back.
+			a.cmd.Process.Kill()
+			a.cmd.Wait()
+			b.must("alloc 2 mem %d", 2000*mib)
+		})
+	}
+}
+
+// The region's stamped limit is the container's to rewrite; a process never enforces a looser
+// limit than its own: before, mem_limit[0] rewritten to "unlimited" let 4096 MiB through.
+func TestEscapeRegionLimitRewrite(t *testing.T) {
+	e := newEnv(t)
+	a := e.memload(e.limited())
+	a.must("init 0")
+	a.must("alloc 1 mem %d", 100*mib)
+	f, err := os.OpenFile(e.cache, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 8), 64); err != nil { // mem_limit[0]
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, m := range []*memload{a, e.memload(e.limited())} {
+		m.do("init 0")
+		if r := m.do("alloc 9 mem %d", 4096*mib); r != oom {
+			t.Errorf("pid %d: 4096 MiB after the region's limit was rewritten to unlimited: %q, want refused (its own limit is 3000 MiB)", m.pid, r)
+		}
+	}
+	if r := e.probe(e.limited(), "cudaprobe", "--mib", "100"); r.TotalMiB != 3000 {
+		t.Errorf("cuMemGetInfo after the rewrite: %+v, want the process's own 3000 MiB", r)
+	}
+}
+
+// A signal handler that allocates while its thread is inside one of the library's driver calls
+// (here a cuMemAlloc that fakegpu keeps 30 ms in the driver) is checked like any allocation —
+// refused, since it cannot be charged safely there — never passed through uncharged. Before:
+// Memory another process imports is charged to it: legacy IPC handles (cuIpcOpenMemHandle) and
+// VMM allocations exported as a file descriptor (cuMemImportFromShareableHandle). The driver
+// keeps the memory while the importer holds it, after the exporter freed it. Before: the
+// The legacy (CUDA < 3.2) entry points an old binary, or cuGetProcAddress at an old version,
+// reaches: cuMemAllocPitch, cuArrayCreate, cuArray3DCreate with 32-bit sizes (their pointers live
+// below 4 GiB, so 3 x 1100 MiB fit the driver). Before: not interposed, 3300 MiB granted under
+// Device memory a program chooses without allocating it: cuCtxSetLimit's malloc heap and stack
+// (the stack of every thread the GPU can hold), and the globals of a module. Before: not charged,
+// so 2500 MiB of heap (or stack, or a module's __device__ array) plus 2000 MiB were granted under
+// A process gets one context per GPU within the documented allowance; every further live context
+// costs the driver another context's memory and is charged (LB_CTX_CHARGE, 1 GiB). Before:
+// Every fixed table of the library refuses when full, never passes memory through uncharged.
+// Graphs of more than 1024 nodes: before, a graph of 1030 allocation nodes was not charged at all
+// CUDA devices 16 and up (MIG instances of a 3-GPU node, 21 ordinals) are charged to their GPU
+// like the others. Before: an ordinal >= 16 was passed through uncharged, and MIG instances were
+// charged to the limit of the GPU whose index equals their ordinal.
+func TestEscapeDeviceSixteenAndUp(t *testing.T) {
+	e := newEnv(t)
+	var prof strings.Builder
+	prof.WriteString("driver_version = 550.90.07\ncuda_version = 12040\ncontext_mib = 300\n")
+	for d := 0; d < 3; d++ {
+		fmt.Fprintf(&prof, "\ndevice = %d\nname = NVIDIA A100-SXM4-40GB\nuuid = GPU-5d5e6f70-1a2b-4c3d-8e9f-0a1b2c3d4e5%d\n"+
+			"memory_mib = 40960\npci_bus_id = 00000000:0%d:00.0\npci_device_id = 0x20B010DE\narchitecture = ampere\n"+
+			"compute_capability = 8.0\nsm_count = 108\nmig_mode = enabled\n", d, d, d+1)
+		for i := 0; i < 7; i++ {
+			fmt.Fprintf(&prof, "mig = %d\nmig_profile = 1g.5gb\nmig_uuid = MIG-5d5e6f70-1a2b-4c3d-8e9f-0a1b2c3d4%d%d%d\n"+
+				"mig_memory_mib = 4864\nmig_gpu_instance_id = %d\nmig_compute_instance_id = 0\nmig_sm_count = 14\n", i, d, i, d, i+7)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "mig21.profile")
+	if err := os.WriteFile(path, []byte(prof.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	environ := e.limited("FAKEGPU_PROFILE="+path, "CUDA_DEVICE_MEMORY_LIMIT_1=5000m", "CUDA_DEVICE_MEMORY_LIMIT_2=1000m")
+	m := e.memload(environ)
+	if r := m.do("init 20"); !strings.HasPrefix(r, "ok") {
+		t.Fatalf("the profile does not have 21 CUDA devices: init 20: %q", r)
+	}
+	m.must("alloc 1 mem %d", 800*mib)
+	if r := m.do("alloc 2 mem %d", 800*mib); r != oom {
+		t.Errorf("ordinal 20 (a MIG instance of the third GPU, limit 1000 MiB): a second 800 MiB: %q, want refused", r)
+	}
+	m.must("use 0") // a MIG instance of the first GPU (limit 3000 MiB)
+	if r := m.do("alloc 3 mem %d", 2000*mib); !strings.HasPrefix(r, "ok") {
+		t.Errorf("ordinal 0 (the first GPU): 2000 MiB under 3000 MiB: %q, want granted", r)
+	}
+}
+
+// /overrideEnv present but unreadable is not "no file": a login session (no environment) whose
+// /overrideEnv cannot be read must refuse, with an error naming the cause — only its absence means
+// environment mode. Before: a directory, or a file the process may not read, fell back to the
+// environment, which in a login session is no limit at all (4096 MiB granted).
+func TestEscapeOverrideEnvUnreadable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.SkipUnlessCI(t, "skipped: needs root for unshare -m and mounts (a login session in a private mount namespace)")
+	}
+	e := newEnv(t)
+	probe := filepath.Join(e.p.Bin, "hamicore-allocprobe")
+	for _, tc := range []struct{ name, setup, want string }{
+		{"directory", "rm -f /overrideEnv && mkdir /overrideEnv && exec env -i " + probe + " --mib 4096", "not a regular file"},
+		{"no permission", "chmod 000 /overrideEnv && chmod 0777 " + e.pod + " && exec setpriv --reuid=65534 --regid=65534 --clear-groups env -i " +
+			probe + " --mib 4096", "Permission denied"},
+	} {
+		limits := filepath.Join(t.TempDir(), "limits")
+		if err := os.WriteFile(limits, []byte(e.podLimits()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"), "--preload", filepath.Join(e.p.Lib, "libvgpu.so"),
+			"--override-env", limits, "--file", "/etc/fakegpu/profile="+filepath.Join(e.p.Root, "fakegpu", "profiles", "a16-16q.profile"),
+			"--bind", e.p.Out, "--bind", filepath.Dir(e.pod), "--", "/bin/sh", "-c", tc.setup)
+		c.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		var errb strings.Builder
+		c.Stderr = &errb
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.name, err, errb.String())
+		}
+		r := parseProbe(t, string(out))[0]
+		if !refused(r) || !strings.Contains(errb.String(), "/overrideEnv") || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%s /overrideEnv, login session, 4096 MiB: %+v, want refused with an error naming /overrideEnv and %q\nstderr: %s",
+				tc.name, r, tc.want, errb.String())
+		}
+	}
+}

@@ -310,3 +310,18 @@ func TestEscapeOverrideEnvUnreadable(t *testing.T) {
 		}
 	}
 }
+
+// four handler allocations of 1 GiB granted under a 3000 MiB limit.
+func TestEscapeSignalHandlerInsideAHook(t *testing.T) {
+	e := newEnv(t)
+	m := e.memload(e.limited())
+	m.must("init 0")
+	r := m.must("sigalloc %d 4", 1024*mib)
+	var granted, refusedN int
+	fmt.Sscanf(r, "ok %d %d", &granted, &refusedN)
+	if held := e.truth(e.limited()); held[0] > 3000*mib || granted+refusedN != 4 {
+		t.Fatalf("signal handlers allocating 4 x 1 GiB inside a hook: %q; the pod holds %d MiB under a 3000 MiB limit", r, held[0]/mib)
+	}
+	m.must("sigfree")
+	m.must("alloc 1 mem %d", 2900*mib) // and nothing stayed charged
+}

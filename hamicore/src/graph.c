@@ -80,7 +80,13 @@ static void child(void)
 }
 static void __attribute__((constructor(101))) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
-static int enforcing(void) { return !lb_guard && lb_active(); }
+/* 1 enforce, 0 pass through, -1 a signal handler inside one of our hooks (guard.h). */
+static int enforcing(const void *ra)
+{
+    if (lb_guard)
+        return lb_guarded(ra);
+    return lb_active();
+}
 
 static void __attribute__((noinline, cold)) log_once(const char *what)
 {
@@ -255,12 +261,26 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
     if (!real)                                                                                                      \
         return CUDA_ERROR_NOT_FOUND
 
-/* Instantiation may upload (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD): settled afterwards. */
-static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g)
+static CUresult refuse_exec(CUgraphExec x, CUresult why)
 {
+    __typeof__(&cuGraphExecDestroy) destroy = LB_REAL(cuGraphExecDestroy);
+    if (destroy) {
+        lb_guard_enter();
+        (void)destroy(x);
+        lb_guard_leave();
+    }
+    return why;
+}
+
+/* Instantiation may upload (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD): settled afterwards. */
+static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g, const void *ra)
+{
+    int en = enforcing(ra);
+    if (r == CUDA_SUCCESS && px && en < 0)
+        return refuse_exec(*px, CUDA_ERROR_NOT_PERMITTED); /* a graph we could not read */
     if (r == CUDA_SUCCESS && px)
         lb_graph_work_note(*px, g); /* its kernels, for the compute limit */
-    if (r != CUDA_SUCCESS || !px || !enforcing())
+    if (r != CUDA_SUCCESS || !px || en <= 0)
         return r;
     lb_guard_enter();
     remember(*px, g);
@@ -277,7 +297,7 @@ LB_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *px, CUgraph g, unsig
     lb_guard_enter();
     CUresult r = real(px, g, flags);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
@@ -286,7 +306,7 @@ CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err,
     lb_guard_enter();
     CUresult r = real(px, g, err, log, n);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
@@ -295,7 +315,7 @@ LB_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode
     lb_guard_enter();
     CUresult r = real(px, g, err, log, n);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void *params)
@@ -304,14 +324,18 @@ LB_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void
     lb_guard_enter();
     CUresult r = real(px, g, params);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 /* Upload and launch: refused when the pool's possible growth does not fit. */
-static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api, int launch)
+static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api, int launch,
+                    const void *ra)
 {
     struct exec_rec e;
-    if (!enforcing() || !lookup(x, &e, 0))
+    int en = enforcing(ra);
+    if (en < 0)
+        return CUDA_ERROR_NOT_PERMITTED; /* its memory could not be checked here */
+    if (!en || !lookup(x, &e, 0))
         return call(x, s);
     CUresult r;
     if (!e.bytes) { /* only frees: nothing to check */
@@ -351,33 +375,33 @@ LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1);
+    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1);
+    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphUpload(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload);
-    return run(x, s, real, "cuGraphUpload", 0);
+    return run(x, s, real, "cuGraphUpload", 0, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload_ptsz);
-    return run(x, s, real, "cuGraphUpload", 0);
+    return run(x, s, real, "cuGraphUpload", 0, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
 {
     REAL_OR_FAIL(cuGraphExecDestroy);
     struct exec_rec e;
-    int known = enforcing() && lookup(x, &e, 1);
+    int known = enforcing(__builtin_return_address(0)) > 0 && lookup(x, &e, 1);
     lb_graph_work_forget(x);
     CUresult r = real(x);
     if (known)
@@ -388,7 +412,7 @@ LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
 LB_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
 {
     REAL_OR_FAIL(cuDeviceGraphMemTrim);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(dev);
     lb_guard_enter();
     CUresult r = real(dev);

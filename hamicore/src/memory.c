@@ -184,13 +184,28 @@ struct charge {
     int kind;
 };
 
-static inline int enforcing(void)
+/* 1: enforce; 0: pass through (not active, or the driver calling its own entry point: ra, the
+ * wrapper's return address, is in the driver); -1: a call made while this thread is inside one of
+ * our hooks by anything but the driver — a signal handler — which the allocation paths refuse
+ * (guard.h). */
+static inline int enforcing(const void *ra)
 {
-    if (lb_guard || !lb_active())
+    if (__builtin_expect(lb_guard, 0))
+        return lb_guarded(ra);
+    if (!lb_active())
         return 0;
     if (__builtin_expect(atomic_load_explicit(&g_stale, memory_order_acquire), 0))
         clear_stale();
     return 1;
+}
+
+static void __attribute__((noinline, cold)) log_reentered(const char *api)
+{
+    static _Atomic int logged;
+    if (!atomic_exchange(&logged, 1))
+        LB_WARN("%s: refused: called while this thread was inside another CUDA call of the library (a signal "
+                "handler?), where it cannot be charged",
+                api);
 }
 
 void lb_log_no_region(const char *api)
@@ -239,11 +254,16 @@ static void __attribute__((noinline, cold)) log_unplaced(const char *api)
 
 /* Reserve on the GPU of the current context; no context: pass through (the driver refuses); a
  * device that cannot be placed on a GPU: refused. */
-static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes)
+static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes, const void *ra)
 {
     int phys, ord;
-    if (!enforcing())
-        return CH_PASS;
+    int e = enforcing(ra);
+    if (__builtin_expect(e <= 0, 0)) {
+        if (e == 0)
+            return CH_PASS;
+        log_reentered(api);
+        return CH_REFUSED;
+    }
     int cur = lb_cur_mem(&phys, &ord);
     if (__builtin_expect(cur != 0, 0)) {
         if (cur == LB_CUR_NONE)
@@ -266,10 +286,12 @@ static inline CUresult charge_settle(const struct charge *c, const struct table 
 }
 
 /* Frees: 1 if the value was ours to account (then the driver is called guarded). */
-static inline int uncharge_begin(struct charge *c, const struct table *t, uint64_t value)
+static inline int uncharge_begin(struct charge *c, const struct table *t, uint64_t value, const void *ra)
 {
     struct found f;
-    if (!enforcing() || !untrack(t, value, &f))
+    /* A free in a signal handler inside a hook is accounted like any other (the tables are
+     * lock-free): only the driver's own calls are passed through. */
+    if (!enforcing(ra) || !untrack(t, value, &f))
         return 0;
     c->bytes = f.size, c->dev = f.dev, c->owner = f.owner, c->kind = f.kind;
     return 1;
@@ -298,10 +320,15 @@ static inline CUresult uncharge_settle(const struct charge *c, const struct tabl
 typedef CUresult (*pool_call)(CUdeviceptr *, size_t, CUmemoryPool, CUstream, void *);
 
 static CUresult pool_alloc(const char *api, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
-                           pool_call call, void *real)
+                           pool_call call, void *real, const void *ra)
 {
     int dev, ord;
-    if (!enforcing())
+    int e = enforcing(ra);
+    if (e < 0) {
+        log_reentered(api);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!e)
         return call(dptr, bytes, pool, s, real);
     int cur = lb_cur_mem(&dev, &ord);
     if (cur == LB_CUR_UNKNOWN) {
@@ -343,13 +370,15 @@ static CUresult call_from_pool(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstrea
 LB_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocAsync);
-    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
+    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real,
+                      __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_FAIL(cuMemAllocAsync_ptsz);
-    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
+    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real,
+                      __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
@@ -357,7 +386,8 @@ LB_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, C
     REAL_OR_FAIL(cuMemAllocFromPoolAsync);
     if (!pool)
         return real(dptr, bytesize, pool, hStream);
-    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
+    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real,
+                      __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -366,14 +396,15 @@ LB_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
     REAL_OR_FAIL(cuMemAllocFromPoolAsync_ptsz);
     if (!pool)
         return real(dptr, bytesize, pool, hStream);
-    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
+    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real,
+                      __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     REAL_OR_FAIL(cuMemPoolTrimTo);
     int dev, ord;
-    if (!enforcing() || lb_cur_mem(&dev, &ord) != 0)
+    if (enforcing(__builtin_return_address(0)) <= 0 || lb_cur_mem(&dev, &ord) != 0)
         return real(pool, minBytesToKeep);
     lb_guard_enter();
     CUresult r = real(pool, minBytesToKeep);
@@ -428,7 +459,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     if (__builtin_mul_overflow((uint64_t)WidthInBytes, (uint64_t)Height, &est))
         est = UINT64_MAX;
     struct charge c, extra;
-    int st = charge_cur(&c, "cuMemAllocPitch", est);
+    int st = charge_cur(&c, "cuMemAllocPitch", est, __builtin_return_address(0));
     if (st != CH_HELD)
         return st == CH_PASS ? real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes) : CUDA_ERROR_OUT_OF_MEMORY;
     lb_guard_enter();
@@ -463,7 +494,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
         if (pass)                                                                                                   \
             return real args;                                                                                       \
         struct charge c;                                                                                            \
-        int st = charge_cur(&c, api, bytes);                                                                        \
+        int st = charge_cur(&c, api, bytes, __builtin_return_address(0));                                          \
         if (st != CH_HELD)                                                                                          \
             return st == CH_PASS ? real args : CUDA_ERROR_OUT_OF_MEMORY;                                            \
         lb_guard_enter();                                                                                           \
@@ -478,7 +509,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
         struct charge c;                                                                                            \
         if (pass)                                                                                                   \
             return real args;                                                                                       \
-        if (!uncharge_begin(&c, &table, key)) {                                                                     \
+        if (!uncharge_begin(&c, &table, key, __builtin_return_address(0))) {                                        \
             CUresult r0 = real args;                                                                                \
             if (r0 == CUDA_SUCCESS && &table == &g_ptrs)                                                            \
                 lb_graph_ptr_freed((CUdeviceptr)(key)); /* not ours: maybe a graph's allocation */                  \
@@ -496,7 +527,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
 LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     REAL_OR_FAIL(cuMemGetInfo_v2);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(free, total);
     lb_guard_enter();
     CUresult r = real(free, total);
@@ -520,7 +551,7 @@ LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 LB_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     REAL_OR_FAIL(cuDeviceTotalMem_v2);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(bytes, dev);
     lb_guard_enter();
     CUresult r = real(bytes, dev);

@@ -76,7 +76,13 @@ static void __attribute__((noinline, cold)) log_full(const char *what)
         LB_ERROR("more than %s: further VMM memory stays charged until the process exits", what);
 }
 
-static int enforcing(void) { return !lb_guard && lb_active(); }
+/* 1 enforce, 0 pass through, -1 a signal handler inside one of our hooks (guard.h). */
+static int enforcing(const void *ra)
+{
+    if (lb_guard)
+        return lb_guarded(ra);
+    return lb_active();
+}
 
 #define REAL_OR_FAIL(w)                                                                                             \
     __typeof__(&w) real = LB_REAL(w);                                                                               \
@@ -87,7 +93,10 @@ LB_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
                                unsigned long long flags)
 {
     REAL_OR_FAIL(cuMemCreate);
-    if (!enforcing() || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0)
+    int e = enforcing(__builtin_return_address(0));
+    if (e < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!e || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0)
         return real(handle, size, prop, flags); /* host-located or invalid: the driver decides */
     int dev = lb_phys_index(prop->location.id);
     if (dev < 0 || dev >= LB_REGION_MAX_DEVICES) {
@@ -121,8 +130,8 @@ LB_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 LB_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     REAL_OR_FAIL(cuMemRelease);
-    if (!enforcing())
-        return real(handle);
+    if (enforcing(__builtin_return_address(0)) <= 0)
+        return real(handle); /* a signal handler's release stays charged: over, never under */
     lb_guard_enter();
     CUresult r = real(handle);
     lb_guard_leave();
@@ -141,7 +150,10 @@ LB_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 LB_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     REAL_OR_FAIL(cuMemRetainAllocationHandle);
-    if (!enforcing())
+    int e = enforcing(__builtin_return_address(0));
+    if (e < 0)
+        return CUDA_ERROR_NOT_PERMITTED; /* a reference we could not count */
+    if (!e)
         return real(handle, addr);
     lb_guard_enter();
     CUresult r = real(handle, addr);
@@ -160,7 +172,10 @@ LB_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
                             unsigned long long flags)
 {
     REAL_OR_FAIL(cuMemMap);
-    if (!enforcing())
+    int e = enforcing(__builtin_return_address(0));
+    if (e < 0)
+        return CUDA_ERROR_NOT_PERMITTED; /* a mapping we could not count */
+    if (!e)
         return real(ptr, size, offset, handle, flags);
     lb_guard_enter();
     CUresult r = real(ptr, size, offset, handle, flags);
@@ -184,7 +199,7 @@ LB_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
 LB_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     REAL_OR_FAIL(cuMemUnmap);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(ptr, size);
     lb_guard_enter();
     CUresult r = real(ptr, size);

@@ -223,22 +223,6 @@ func TestEscapeRegionLimitRewrite(t *testing.T) {
 	}
 }
 
-// A signal handler that allocates while its thread is inside one of the library's driver calls
-// (here a cuMemAlloc that fakegpu keeps 30 ms in the driver) is checked like any allocation —
-// refused, since it cannot be charged safely there — never passed through uncharged. Before:
-// Memory another process imports is charged to it: legacy IPC handles (cuIpcOpenMemHandle) and
-// VMM allocations exported as a file descriptor (cuMemImportFromShareableHandle). The driver
-// keeps the memory while the importer holds it, after the exporter freed it. Before: the
-// The legacy (CUDA < 3.2) entry points an old binary, or cuGetProcAddress at an old version,
-// reaches: cuMemAllocPitch, cuArrayCreate, cuArray3DCreate with 32-bit sizes (their pointers live
-// below 4 GiB, so 3 x 1100 MiB fit the driver). Before: not interposed, 3300 MiB granted under
-// Device memory a program chooses without allocating it: cuCtxSetLimit's malloc heap and stack
-// (the stack of every thread the GPU can hold), and the globals of a module. Before: not charged,
-// so 2500 MiB of heap (or stack, or a module's __device__ array) plus 2000 MiB were granted under
-// A process gets one context per GPU within the documented allowance; every further live context
-// costs the driver another context's memory and is charged (LB_CTX_CHARGE, 1 GiB). Before:
-// Every fixed table of the library refuses when full, never passes memory through uncharged.
-// Graphs of more than 1024 nodes: before, a graph of 1030 allocation nodes was not charged at all
 // CUDA devices 16 and up (MIG instances of a 3-GPU node, 21 ordinals) are charged to their GPU
 // like the others. Before: an ordinal >= 16 was passed through uncharged, and MIG instances were
 // charged to the limit of the GPU whose index equals their ordinal.
@@ -311,6 +295,9 @@ func TestEscapeOverrideEnvUnreadable(t *testing.T) {
 	}
 }
 
+// A signal handler that allocates while its thread is inside one of the library's driver calls
+// (here a cuMemAlloc that fakegpu keeps 30 ms in the driver) is checked like any allocation —
+// refused, since it cannot be charged safely there — never passed through uncharged. Before:
 // four handler allocations of 1 GiB granted under a 3000 MiB limit.
 func TestEscapeSignalHandlerInsideAHook(t *testing.T) {
 	e := newEnv(t)

@@ -54,7 +54,6 @@ static fg_module *module_of(const void *h) {
 /* Its global variables take device memory of the context's device from the load on (an image
  * this cannot size — not PTX, an ELF cubin or a fatbin — takes none). */
 CUresult fg_module_load(CUmodule *module, const void *image, size_t len) {
-    (void)len;
     fg_ctx *c;
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -64,7 +63,7 @@ CUresult fg_module_load(CUmodule *module, const void *image, size_t len) {
     if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
         return r;
     uint64_t globals = 0;
-    if (lb_module_globals(image, &globals) != 0)
+    if (lb_module_globals(image, len, &globals) != 0)
         globals = 0;
     if (globals && (r = fg_mem_charge(c->dev, globals)) != CUDA_SUCCESS)
         return r;

@@ -1,7 +1,9 @@
-/* Context hooks: pass-through wrappers whose only job is to keep the per-thread device cache of
- * context.h right. They do not initialise the library (no region is needed to forget a cache). */
+/* Context hooks: they keep the per-thread device cache of context.h right, release what a
+ * destroyed context held, and have every context beyond a process's first on a GPU charged
+ * (ctxcount.c). */
 #include "context.h"
 
+#include "ctxcount.h"
 #include "limitbed/region.h"
 #include "devmap.h"
 #include "graph.h"
@@ -22,6 +24,8 @@ static void ctx_gone(uintptr_t ctx)
         return;
     lb_memory_ctx_gone(ctx);
     lb_graph_ctx_gone(ctx);
+    lb_ctxlimit_gone(ctx);
+    lb_modules_ctx_gone(ctx);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_reserve_settle_all(d);
 }
@@ -37,8 +41,10 @@ static void released(CUdevice dev)
     unsigned flags;
     int active = 1;
     __typeof__(&cuDevicePrimaryCtxGetState) st = LB_REAL(cuDevicePrimaryCtxGetState);
-    if (st && st(dev, &flags, &active) == CUDA_SUCCESS && !active)
+    if (st && st(dev, &flags, &active) == CUDA_SUCCESS && !active) {
         ctx_gone(primary_of(dev));
+        lb_ctx_primary_gone(dev);
+    }
 }
 
 _Atomic unsigned long lb_ctx_epoch = 1;
@@ -117,7 +123,11 @@ CUresult lbw_cuCtxPopCurrent_v1(CUcontext *pctx)
 LB_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     REAL_OR_FAIL(cuCtxCreate_v2);
+    int phys;
+    if (!lb_ctx_created_begin(dev, &phys, __builtin_return_address(0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, flags, dev);
+    lb_ctx_created_end(r, r == CUDA_SUCCESS && pctx ? *pctx : NULL, phys);
     lb_ctx_changed_here();
     return r;
 }
@@ -125,7 +135,11 @@ LB_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice 
 CUresult lbw_cuCtxCreate_v1(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     REAL_OR_FAIL(lbw_cuCtxCreate_v1);
+    int phys;
+    if (!lb_ctx_created_begin(dev, &phys, __builtin_return_address(0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, flags, dev);
+    lb_ctx_created_end(r, r == CUDA_SUCCESS && pctx ? *pctx : NULL, phys);
     lb_ctx_changed_here();
     return r;
 }
@@ -134,7 +148,11 @@ LB_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *paramsArray, int numPar
                                   CUdevice dev)
 {
     REAL_OR_FAIL(cuCtxCreate_v3);
+    int phys;
+    if (!lb_ctx_created_begin(dev, &phys, __builtin_return_address(0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, paramsArray, numParams, flags, dev);
+    lb_ctx_created_end(r, r == CUDA_SUCCESS && pctx ? *pctx : NULL, phys);
     lb_ctx_changed_here();
     return r;
 }
@@ -142,7 +160,11 @@ LB_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *paramsArray, int numPar
 LB_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
     REAL_OR_FAIL(cuCtxCreate_v4);
+    int phys;
+    if (!lb_ctx_created_begin(dev, &phys, __builtin_return_address(0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, ctxCreateParams, flags, dev);
+    lb_ctx_created_end(r, r == CUDA_SUCCESS && pctx ? *pctx : NULL, phys);
     lb_ctx_changed_here();
     return r;
 }
@@ -153,8 +175,10 @@ LB_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     REAL_OR_FAIL(cuCtxDestroy_v2);
     CUresult r = real(ctx);
     lb_ctx_changed_all();
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         ctx_gone((uintptr_t)ctx);
+        lb_ctx_destroyed(ctx);
+    }
     return r;
 }
 
@@ -163,15 +187,25 @@ CUresult lbw_cuCtxDestroy_v1(CUcontext ctx)
     REAL_OR_FAIL(lbw_cuCtxDestroy_v1);
     CUresult r = real(ctx);
     lb_ctx_changed_all();
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         ctx_gone((uintptr_t)ctx);
+        lb_ctx_destroyed(ctx);
+    }
     return r;
 }
 
 LB_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     REAL_OR_FAIL(cuDevicePrimaryCtxRetain);
+    unsigned flags;
+    int active = 0, phys;
+    __typeof__(&cuDevicePrimaryCtxGetState) st = LB_REAL(cuDevicePrimaryCtxGetState);
+    if (st && st(dev, &flags, &active) != CUDA_SUCCESS)
+        active = 0;
+    if (!lb_ctx_primary_begin(dev, &phys, active, __builtin_return_address(0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, dev);
+    lb_ctx_primary_end(dev, r, phys);
     if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < MAX_ORD)
         atomic_store(&g_primary[dev], (uintptr_t)*pctx);
     return r;
@@ -205,8 +239,10 @@ LB_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     uintptr_t ctx = primary_of(dev);
     CUresult r = real(dev);
     lb_ctx_changed_all();
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         ctx_gone(ctx);
+        lb_ctx_primary_gone(dev);
+    }
     return r;
 }
 
@@ -216,7 +252,9 @@ CUresult lbw_cuDevicePrimaryCtxReset_v1(CUdevice dev)
     uintptr_t ctx = primary_of(dev);
     CUresult r = real(dev);
     lb_ctx_changed_all();
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         ctx_gone(ctx);
+        lb_ctx_primary_gone(dev);
+    }
     return r;
 }

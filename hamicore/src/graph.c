@@ -13,13 +13,16 @@
  * after a launch, dropped by cuMemFree/cuMemFreeAsync, by another graph's free node, or with
  * their context. A graph of more than 8 memory nodes of one kind to follow, or launched while
  * 1024 such allocations are live, is pre-checked by the driver's "used" figure instead (refused
- * early rather than late); graphs of more than 1024 nodes, or beyond 1024 executable graphs with
- * memory nodes, are not pre-checked (logged once). Their memory is charged after each launch
- * either way, from the driver's reserve.
+ * early rather than late), and so is every later graph of its device in the process. A graph of
+ * any number of nodes is read (more than 1024: into memory mapped for it); one that cannot be read,
+ * or beyond 1024 live executable graphs with memory nodes, is not instantiated
+ * (CUDA_ERROR_OUT_OF_MEMORY): its launches could not be checked. Memory is charged after each
+ * launch either way, from the driver's reserve.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "context.h"
 #include "devmap.h"
@@ -102,21 +105,44 @@ static int has_ptr(const CUdeviceptr *v, int n, CUdeviceptr p)
     return 0;
 }
 
-/* Read the memory nodes of g and remember them for x. Runs with the guard up. */
-static void remember(CUgraphExec x, CUgraph g)
+static int remember_nodes(CUgraphExec x, const CUgraphNode *buf, size_t n, __typeof__(&cuGraphNodeGetType) type,
+                          __typeof__(&cuGraphMemAllocNodeGetParams) aparams,
+                          __typeof__(&cuGraphMemFreeNodeGetParams) fparams);
+
+/* Read the memory nodes of g and remember them for x; 0, or -1 when the graph cannot be read or
+ * remembered (the instantiation is then refused: a graph whose memory nodes are not known
+ * could not be checked at its launch). Runs with the guard up. */
+static int remember(CUgraphExec x, CUgraph g)
 {
     __typeof__(&cuGraphGetNodes) nodes = LB_REAL(cuGraphGetNodes);
     __typeof__(&cuGraphNodeGetType) type = LB_REAL(cuGraphNodeGetType);
     __typeof__(&cuGraphMemAllocNodeGetParams) aparams = LB_REAL(cuGraphMemAllocNodeGetParams);
     __typeof__(&cuGraphMemFreeNodeGetParams) fparams = LB_REAL(cuGraphMemFreeNodeGetParams);
-    CUgraphNode buf[MAX_NODES];
-    size_t n = MAX_NODES;
+    CUgraphNode small[MAX_NODES], *buf = small;
+    size_t n = MAX_NODES, big = 0;
     if (!nodes || !type || !aparams || nodes(g, buf, &n) != CUDA_SUCCESS)
-        return;
+        return -1;
     if (n > MAX_NODES) {
-        log_once("a graph of more than 1024 nodes");
-        return;
+        /* A large graph: its node list in memory of its own (mmap: no malloc in a hook). */
+        big = n * sizeof *buf;
+        buf = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t got = n;
+        if (buf == MAP_FAILED || nodes(g, buf, &got) != CUDA_SUCCESS || got != n) {
+            if (buf != MAP_FAILED)
+                munmap(buf, big);
+            return -1;
+        }
     }
+    int rc = remember_nodes(x, buf, n, type, aparams, fparams);
+    if (big)
+        munmap(buf, big);
+    return rc;
+}
+
+static int remember_nodes(CUgraphExec x, const CUgraphNode *buf, size_t n, __typeof__(&cuGraphNodeGetType) type,
+                          __typeof__(&cuGraphMemAllocNodeGetParams) aparams,
+                          __typeof__(&cuGraphMemFreeNodeGetParams) fparams)
+{
     struct exec_rec e = {.x = x, .dev = -1, .opaque = !fparams};
     struct ptr_size allocs[MAX_ESC];
     CUdeviceptr frees[MAX_ESC];
@@ -124,11 +150,11 @@ static void remember(CUgraphExec x, CUgraph g)
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType t;
         if (type(buf[i], &t) != CUDA_SUCCESS)
-            continue;
+            return -1;
         if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             CUDA_MEM_ALLOC_NODE_PARAMS p;
             if (aparams(buf[i], &p) != CUDA_SUCCESS)
-                continue;
+                return -1;
             e.bytes += p.bytesize;
             e.dev = p.poolProps.location.id;
             if (na < MAX_ESC)
@@ -138,7 +164,7 @@ static void remember(CUgraphExec x, CUgraph g)
         } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE && fparams) {
             CUdeviceptr p;
             if (fparams(buf[i], &p) != CUDA_SUCCESS)
-                continue;
+                return -1;
             if (nf < MAX_ESC)
                 frees[nf++] = p;
             else
@@ -158,16 +184,18 @@ static void remember(CUgraphExec x, CUgraph g)
     if (e.opaque)
         log_once("a graph of more than 8 allocation or free nodes");
     if (!e.bytes && !e.nfree)
-        return;
+        return 0;
     e.phys = e.dev >= 0 ? lb_phys_index(e.dev) : -1;
     if (e.phys >= LB_REGION_MAX_DEVICES)
         e.phys = -1;
     pthread_mutex_lock(&g_mu);
-    if (g_nexecs < MAX_EXECS)
+    int ok = g_nexecs < MAX_EXECS;
+    if (ok)
         g_execs[g_nexecs++] = e;
-    else
-        log_once("more than 1024 executable graphs with memory nodes");
     pthread_mutex_unlock(&g_mu);
+    if (!ok)
+        LB_WARN("graph instantiation refused: more than %d live executable graphs with memory nodes", MAX_EXECS);
+    return ok ? 0 : -1;
 }
 
 /* Under g_mu. */
@@ -190,10 +218,12 @@ static int live_drop_locked(CUdeviceptr p)
 /* After a successful launch of e: its escaping allocations are live, its foreign frees done. */
 static void launched(const struct exec_rec *e)
 {
-    if (!e->nfree && !e->nesc)
+    if (!e->nfree && !e->nesc && !e->opaque)
         return; /* the common captured graph: allocates and frees within itself */
     uintptr_t ctx = lb_cur_fresh() ? lb_cur_ctx() : 0;
     pthread_mutex_lock(&g_mu);
+    if (e->opaque && e->phys >= 0)
+        g_live_lost[e->phys] = 1; /* allocations it leaves live are not all known: the driver's figure from now on */
     for (int i = 0; i < e->nfree; i++)
         (void)live_drop_locked(e->frees[i]);
     for (int i = 0; i < e->nesc; i++) {
@@ -283,8 +313,10 @@ static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g, const void 
     if (r != CUDA_SUCCESS || !px || en <= 0)
         return r;
     lb_guard_enter();
-    remember(*px, g);
+    int known = remember(*px, g);
     lb_guard_leave();
+    if (known != 0)
+        return refuse_exec(*px, CUDA_ERROR_OUT_OF_MEMORY);
     struct exec_rec e;
     if (lookup(*px, &e, 0))
         lb_graph_settle(e.dev);

@@ -7,4 +7,7 @@ void lb_memory_ctx_gone(uintptr_t ctx);
  * descriptors, or not even a private one could be mapped): allocations are refused with
  * CUDA_ERROR_OUT_OF_MEMORY; one ERROR line per process, with lb_region_refusal's reason. */
 void lb_log_no_region(const char *api) __attribute__((cold));
+/* A destroyed context: what its raised limits (ctxlimit.c) and its modules (modules.c) held. */
+void lb_ctxlimit_gone(uintptr_t ctx);
+void lb_modules_ctx_gone(uintptr_t ctx);
 #endif

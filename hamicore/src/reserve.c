@@ -13,6 +13,7 @@
 #include "region.h"
 
 #define MAX_POOLS 256
+#define GONE ((uintptr_t)1) /* a destroyed pool's slot, free to take again */
 
 struct pool_slot {
     _Atomic uintptr_t pool;
@@ -26,22 +27,31 @@ static struct pool_slot g_pools[MAX_POOLS];
 static _Atomic uint64_t g_graph_charged[LB_REGION_MAX_DEVICES];
 static _Atomic int g_graph_ord[LB_REGION_MAX_DEVICES];
 
+static struct pool_slot *find(uintptr_t p)
+{
+    for (int i = 0; p > GONE && i < MAX_POOLS; i++)
+        if (atomic_load(&g_pools[i].pool) == p)
+            return &g_pools[i];
+    return NULL;
+}
+
+/* The pool's slot, made if need be; NULL when all are taken (its allocations are then refused). */
 static struct pool_slot *slot_of(CUmemoryPool pool, int dev)
 {
     uintptr_t p = (uintptr_t)pool;
-    for (int i = 0; p && i < MAX_POOLS; i++) {
+    struct pool_slot *s = find(p);
+    for (int i = 0; !s && p > GONE && i < MAX_POOLS; i++) {
         uintptr_t cur = atomic_load(&g_pools[i].pool);
-        if (cur == p)
-            return &g_pools[i];
-        if (cur == 0 && atomic_compare_exchange_strong(&g_pools[i].pool, &cur, p)) {
+        if ((cur == 0 || cur == GONE) && atomic_compare_exchange_strong(&g_pools[i].pool, &cur, p)) {
+            atomic_store(&g_pools[i].charged, 0);
             atomic_store(&g_pools[i].dev, dev);
-            return &g_pools[i];
+            s = &g_pools[i];
         }
-        if (cur == p)
-            return &g_pools[i];
     }
-    return NULL;
+    return s;
 }
+
+int lb_pool_follow(CUmemoryPool pool, int dev) { return slot_of(pool, dev) != NULL; }
 
 static void move_to(_Atomic uint64_t *charged, int dev, uint64_t now)
 {
@@ -112,6 +122,16 @@ void lb_graph_settle(int ord)
     move_to(&g_graph_charged[phys], phys, res);
 }
 
+/* The pool is destroyed: what it was charged goes, and so does its slot. */
+void lb_pool_forget(CUmemoryPool pool)
+{
+    struct pool_slot *s = find((uintptr_t)pool);
+    if (!s || !lb_region)
+        return;
+    move_to(&s->charged, atomic_load(&s->dev), 0);
+    atomic_store(&s->pool, GONE);
+}
+
 int lb_reserve_settle_all(int dev)
 {
     if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES)
@@ -119,9 +139,7 @@ int lb_reserve_settle_all(int dev)
     uint64_t before = lb_region_usage(dev);
     for (int i = 0; i < MAX_POOLS; i++) {
         uintptr_t p = atomic_load(&g_pools[i].pool);
-        if (!p)
-            break;
-        if (atomic_load(&g_pools[i].dev) == dev)
+        if (p > GONE && atomic_load(&g_pools[i].dev) == dev)
             lb_pool_settle((CUmemoryPool)p, dev);
     }
     if (atomic_load(&g_graph_charged[dev]))

@@ -16,6 +16,10 @@ uint64_t lb_pool_growth(CUmemoryPool pool, uint64_t bytes);
 /* Charge the pool's reserve as the driver reports it now; dev: the GPU (region index) a pool
  * not seen before is on. */
 void lb_pool_settle(CUmemoryPool pool, int dev);
+/* 1 if the pool is followed (a place in the pool table, made if need be); 0: the table is full. */
+int lb_pool_follow(CUmemoryPool pool, int dev);
+/* A destroyed pool: its charge and its place go. */
+void lb_pool_forget(CUmemoryPool pool);
 /* The same for the graph memory pool of CUDA ordinal ord, `live` bytes of whose reserve are held
  * by graph allocations in use outside their graphs (UINT64_MAX: not known, the driver's "used" is
  * taken); charged to the ordinal's GPU. */

@@ -114,10 +114,11 @@ static inline uint64_t lb_mg_ptx_decl(const char *p, const char *end, int *ok)
     return total;
 }
 
-/* PTX text (NUL-terminated, with its .version directive): module-scope `.global` variables. */
-static inline int lb_mg_ptx(const char *s, uint64_t *bytes)
+/* PTX text (NUL-terminated or `max` bytes long, with its .version directive): module-scope
+ * `.global` variables. */
+static inline int lb_mg_ptx(const char *s, size_t max, uint64_t *bytes)
 {
-    size_t len = strnlen(s, LB_MG_PTX_MAX);
+    size_t len = strnlen(s, max && max < LB_MG_PTX_MAX ? max : LB_MG_PTX_MAX);
     const char *p = s, *end = s + len;
     int depth = 0, ok = 1, ext = 0, version = 0;
     uint64_t sum = 0;
@@ -192,10 +193,10 @@ static inline int lb_mg_elf(const unsigned char *e, uint64_t limit, uint64_t *by
 }
 
 /* A fatbin container: the largest figure over its entries; a compressed entry: unknown. */
-static inline int lb_mg_fatbin(const unsigned char *f, uint64_t *bytes)
+static inline int lb_mg_fatbin(const unsigned char *f, size_t max, uint64_t *bytes)
 {
     uint64_t hdr = lb_mg_rd(f + 6, 2), fat = lb_mg_rd(f + 8, 8), off = 0, best = 0;
-    if (hdr < 16 || fat > LB_MG_ELF_MAX)
+    if (hdr < 16 || fat > LB_MG_ELF_MAX || (max && (max < hdr || fat > max - hdr)))
         return -1;
     const unsigned char *e = f + hdr;
     while (off + 64 <= fat) {
@@ -212,7 +213,7 @@ static inline int lb_mg_fatbin(const unsigned char *f, uint64_t *bytes)
                 return -1;
         } else if (kind == 1) {
             /* PTX payloads are NUL-padded text within `size` bytes */
-            if (memchr(payload, 0, size) == NULL || lb_mg_ptx((const char *)payload, &b) != 0)
+            if (lb_mg_ptx((const char *)payload, size, &b) != 0)
                 return -1;
         }
         best = b > best ? b : best;
@@ -222,25 +223,26 @@ static inline int lb_mg_fatbin(const unsigned char *f, uint64_t *bytes)
     return 0;
 }
 
-static inline int lb_module_globals(const void *image, uint64_t *bytes)
+/* len: the image's length when known (a file), 0 when not (cuModuleLoadData's pointer). */
+static inline int lb_module_globals(const void *image, size_t len, uint64_t *bytes)
 {
     const unsigned char *u = image;
     *bytes = 0;
-    if (!image)
-        return -1;
+    if (!image || (len && len < 16))
+        return len ? lb_mg_ptx((const char *)image, len, bytes) : -1;
     uint32_t magic = (uint32_t)lb_mg_rd(u, 4);
     if (magic == LB_MG_FATBIN_WRAPPER) { /* __fatBinC_Wrapper_t: magic, version, data pointer */
         const void *data;
         memcpy(&data, u + 8, sizeof data);
         if (!data || (uint32_t)lb_mg_rd(data, 4) != LB_MG_FATBIN_MAGIC)
             return -1;
-        return lb_mg_fatbin(data, bytes);
+        return lb_mg_fatbin(data, 0, bytes);
     }
     if (magic == LB_MG_FATBIN_MAGIC)
-        return lb_mg_fatbin(u, bytes);
+        return lb_mg_fatbin(u, len, bytes);
     if (!memcmp(u, "\x7f" "ELF", 4))
-        return lb_mg_elf(u, LB_MG_ELF_MAX, bytes);
-    return lb_mg_ptx((const char *)image, bytes);
+        return lb_mg_elf(u, len ? len : LB_MG_ELF_MAX, bytes);
+    return lb_mg_ptx((const char *)image, len, bytes);
 }
 
 #endif /* LIMITBED_MODGLOBALS_H */

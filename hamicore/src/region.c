@@ -44,6 +44,11 @@ static int g_fd = -1;
 static dev_t g_dev; /* the region file's identity, to recognise g_fd */
 static ino_t g_ino;
 static char g_path[4096];
+/* g_fd is an open file description of this process's own. 0 in a forked child until it has one:
+ * the inherited one is the parent's, and through it the parent's lock reads as no lock at all
+ * (a description never conflicts with itself), so no liveness is judged through it. */
+static int g_fd_own = 1;
+static void remap_own(void);
 static int g_slot_idx = -1;
 static pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lb_region_slot g_overflow_slot; /* all slots taken: account locally only */
@@ -54,6 +59,8 @@ static struct lb_region_slot g_overflow_slot; /* all slots taken: account locall
 static int region_fd(void)
 {
     struct stat st;
+    if (!g_fd_own)
+        remap_own(); /* a forked child that could not make its own at the fork: try again */
     if (g_fd >= 0 && fstat(g_fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino)
         return g_fd;
     if (!g_path[0])
@@ -86,7 +93,7 @@ static int slot_alive(int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
     int fd = region_fd();
-    if (fd < 0 || fcntl(fd, F_OFD_GETLK, &fl) != 0)
+    if (fd < 0 || !g_fd_own || fcntl(fd, F_OFD_GETLK, &fl) != 0)
         return 1;
     return fl.l_type != F_UNLCK;
 }
@@ -433,11 +440,13 @@ static void remap_own(void)
             close(g_fd); /* the inherited descriptor of the parent's description (still ours) */
         g_fd = fd;
     }
+    g_fd_own = 1;
 }
 void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    g_fd_own = 0;
     remap_own();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
@@ -447,6 +456,7 @@ static void fork_child(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    g_fd_own = 0;
     remap_own();
     pthread_mutex_unlock(&g_claim_lock);
 }

@@ -84,6 +84,17 @@ uint64_t lb_pool_growth(CUmemoryPool pool, uint64_t bytes)
     return bytes > spare ? bytes - spare : 0;
 }
 
+/* Pools charged more than nothing: what a synchronisation may have shrunk. */
+static _Atomic int g_pools_held;
+
+static void move_pool(struct pool_slot *s, uint64_t now)
+{
+    uint64_t old = atomic_load(&s->charged);
+    move_to(&s->charged, atomic_load(&s->dev), now);
+    if (!old != !now)
+        atomic_fetch_add(&g_pools_held, now ? 1 : -1);
+}
+
 void lb_pool_settle(CUmemoryPool pool, int dev)
 {
     uint64_t res;
@@ -91,7 +102,22 @@ void lb_pool_settle(CUmemoryPool pool, int dev)
     if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) ||
         !(s = slot_of(pool, dev)))
         return; /* no figure or no slot: the allocations stay charged as they were */
-    move_to(&s->charged, atomic_load(&s->dev), res);
+    move_pool(s, res);
+}
+
+/* A synchronisation is where the driver gives a pool's unused memory back (down to its release
+ * threshold): every pool of this process that holds a charge is read again then, so that memory
+ * it gave back stops counting against the other processes of the pod too. One load when it
+ * holds none. */
+void lb_reserve_after_sync(void)
+{
+    if (!atomic_load_explicit(&g_pools_held, memory_order_relaxed) || !lb_region)
+        return;
+    for (int i = 0; i < MAX_POOLS; i++) {
+        uintptr_t p = atomic_load(&g_pools[i].pool);
+        if (p > GONE && atomic_load(&g_pools[i].charged))
+            lb_pool_settle((CUmemoryPool)p, atomic_load(&g_pools[i].dev));
+    }
 }
 
 static int graph_attr(int dev, CUgraphMem_attribute a, uint64_t *v)
@@ -128,7 +154,7 @@ void lb_pool_forget(CUmemoryPool pool)
     struct pool_slot *s = find((uintptr_t)pool);
     if (!s || !lb_region)
         return;
-    move_to(&s->charged, atomic_load(&s->dev), 0);
+    move_pool(s, 0);
     atomic_store(&s->pool, GONE);
 }
 
@@ -159,6 +185,7 @@ static void fork_child(void)
 {
     for (int i = 0; i < MAX_POOLS; i++)
         atomic_store(&g_pools[i].pool, 0), atomic_store(&g_pools[i].charged, 0);
+    atomic_store(&g_pools_held, 0);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         atomic_store(&g_graph_charged[d], 0);
 }

@@ -20,6 +20,8 @@ void lb_pool_settle(CUmemoryPool pool, int dev);
 int lb_pool_follow(CUmemoryPool pool, int dev);
 /* A destroyed pool: its charge and its place go. */
 void lb_pool_forget(CUmemoryPool pool);
+/* After a synchronisation: the pools that hold a charge are read again (sync.c). */
+void lb_reserve_after_sync(void);
 /* The same for the graph memory pool of CUDA ordinal ord, `live` bytes of whose reserve are held
  * by graph allocations in use outside their graphs (UINT64_MAX: not known, the driver's "used" is
  * taken); charged to the ordinal's GPU. */

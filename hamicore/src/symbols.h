@@ -41,6 +41,8 @@ __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
 __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
 __typeof__(cuGraphUpload) cuGraphUpload_ptsz;
+__typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
+CUresult cuEventSynchronize(CUevent hEvent);
 LB_EXPORT CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
     LB_SYMBOL(cuGraphInstantiate);
 CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n);

@@ -56,6 +56,7 @@ type Failure struct {
 	Property string // "over" or "refused"
 	Detail   string
 	Lines    []string // the sequence up to the failing step
+	Dir      string   // the pod directory: every process's log (removed with the run's scratch directory)
 }
 
 func (f *Failure) Error() string {
@@ -101,6 +102,21 @@ func (r *run) close() {
 	r.pod.close()
 }
 
+// RunError is a run that could not go on (a process that stopped answering, a tool that failed):
+// not a property failure, but reported with the sequence that led to it.
+type RunError struct {
+	Seed  int64
+	Lines []string
+	Dir   string // the pod directory: every process's log
+	Err   error
+}
+
+func (e *RunError) Error() string {
+	return fmt.Sprintf("memjudge seed %d, step %d: %v (process logs in %s)", e.Seed, len(e.Lines), e.Err, e.Dir)
+}
+
+func (e *RunError) Unwrap() error { return e.Err }
+
 // Generate runs a random sequence of cfg.Steps steps from seed and checks both properties after
 // every step. It returns the first failure (with the sequence so far), or nil.
 func Generate(ctx context.Context, cfg Config, seed int64) (*Failure, Stats, error) {
@@ -109,9 +125,15 @@ func Generate(ctx context.Context, cfg Config, seed int64) (*Failure, Stats, err
 		return nil, Stats{}, err
 	}
 	defer r.close()
+	wrap := func(f *Failure, err error) (*Failure, Stats, error) {
+		if err != nil {
+			err = &RunError{Seed: seed, Lines: append([]string{}, r.lines...), Dir: r.pod.dir, Err: err}
+		}
+		return f, r.stats, err
+	}
 	for i := 0; i < cfg.Procs; i++ {
 		if f, err := r.step(r.startLine(i)); f != nil || err != nil {
-			return f, r.stats, err
+			return wrap(f, err)
 		}
 	}
 	for s := 0; s < cfg.Steps; s++ {
@@ -120,7 +142,7 @@ func Generate(ctx context.Context, cfg Config, seed int64) (*Failure, Stats, err
 			continue
 		}
 		if f, err := r.step(line); f != nil || err != nil {
-			return f, r.stats, err
+			return wrap(f, err)
 		}
 	}
 	return nil, r.stats, nil
@@ -215,7 +237,7 @@ func (r *run) step(line string) (*Failure, error) {
 
 func (r *run) fail(prop, detail string) *Failure {
 	return &Failure{Seed: r.seed, Step: len(r.lines), Property: prop, Detail: detail,
-		Lines: append([]string{}, r.lines...)}
+		Lines: append([]string{}, r.lines...), Dir: r.pod.dir}
 }
 
 func (r *run) truth() (Truth, error) {

@@ -3,6 +3,7 @@ package memjudge_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -81,6 +82,18 @@ func TestMemJudge(t *testing.T) {
 		total.Checks += st.Checks
 		runs++
 		if err != nil {
+			var re *memjudge.RunError
+			if errors.As(err, &re) {
+				file := filepath.Join(cbuild.RepoRoot(), "build", fmt.Sprintf("memjudge-seed-%d-error.txt", seed))
+				_ = os.WriteFile(file, []byte(strings.Join(re.Lines, "\n")+"\n"), 0o644)
+				logs, _ := filepath.Glob(filepath.Join(re.Dir, "*.log"))
+				for _, l := range logs {
+					if b, _ := os.ReadFile(l); len(b) > 0 {
+						t.Logf("%s:\n%s", l, truncateTail(string(b), 2000))
+					}
+				}
+				t.Fatalf("%v\nsequence written to %s", err, file)
+			}
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		if f != nil {
@@ -89,6 +102,13 @@ func TestMemJudge(t *testing.T) {
 	}
 	t.Logf("memjudge: %d sequences (seeds %d..%d), %d steps, %d processes, %d allocations (%d granted, %d refused), %d checks, no failure",
 		runs, seed-int64(runs), seed-1, total.Steps, total.Procs, total.Allocs, total.Granted, total.Refused, total.Checks)
+}
+
+func truncateTail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // TestMemJudgeReplay runs a recorded sequence (MEMJUDGE_REPLAY=file) and fails as it failed.
@@ -116,6 +136,12 @@ func TestMemJudgeReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f != nil {
+		logs, _ := filepath.Glob(filepath.Join(f.Dir, "*.log"))
+		for _, l := range logs {
+			if b, _ := os.ReadFile(l); len(b) > 0 {
+				t.Logf("%s:\n%s", l, truncateTail(string(b), 6000))
+			}
+		}
 		t.Fatalf("%v\n%s", f, strings.Join(f.Lines, "\n"))
 	}
 	t.Logf("replayed %d steps: no failure (%+v)", len(lines), st)

@@ -175,6 +175,16 @@ func (r *run) exec(p *proc, verb string, a []string) (outcome, error) {
 			delete(p.objs, id)
 			if o.kind == "ctx" {
 				p.dropCtx(id)
+				// What was below it is current now (memload says which).
+				p.cur, p.curCtx = -1, -1
+				if len(rep.fields) >= 3 {
+					u, err := r.unitOf(rep.fields[1])
+					if err != nil {
+						return out, err
+					}
+					p.cur, p.curCtx = atoi(rep.fields[0]), atoi(rep.fields[2])
+					p.units[p.cur] = u
+				}
 			}
 		}
 	case "share-ipc", "share-vmm":

@@ -30,6 +30,7 @@ type pod struct {
 	cache    string
 	sock     string
 	stateDir string
+	nsTmp    string // where privatens leaves its scratch directories (cleaned with the run)
 	ln       *net.UnixListener
 }
 
@@ -99,6 +100,10 @@ func newPod(cfg Config, dir string) (*pod, error) {
 	if err := os.MkdirAll(p.stateDir, 0o777); err != nil {
 		return nil, fmt.Errorf("fake host state directory: %w", err)
 	}
+	p.nsTmp = filepath.Join(dir, "ns")
+	if err := os.MkdirAll(p.nsTmp, 0o700); err != nil {
+		return nil, fmt.Errorf("namespace scratch directory: %w", err)
+	}
 	p.sock = filepath.Join(p.dir, "judge.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: p.sock, Net: "unix"})
 	if err != nil {
@@ -156,14 +161,14 @@ func (p *pod) start(ctx context.Context, idx int, s procSpec) (*proc, error) {
 		args := append(p.nsArgs(lib), "--", "env", "-i")
 		args = append(append(args, user...), bin)
 		cmd = exec.CommandContext(ctx, filepath.Join(p.cfg.Paths.Root, "hamicore", "test", "privatens"), args...)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + p.nsTmp}
 	case p.cfg.Login:
 		// The container's own processes: /overrideEnv is there (file mode) and so is the
 		// environment the device plugin gave them.
 		args := append(p.nsArgs(lib), "--", "env")
 		args = append(append(append(args, p.execEnv(lib)...), user...), bin)
 		cmd = exec.CommandContext(ctx, filepath.Join(p.cfg.Paths.Root, "hamicore", "test", "privatens"), args...)
-		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + p.nsTmp}
 	default:
 		cmd = exec.CommandContext(ctx, bin)
 		cmd.Env = append(p.execEnv(lib), user...)
@@ -171,13 +176,19 @@ func (p *pod) start(ctx context.Context, idx int, s procSpec) (*proc, error) {
 	return p.run(ctx, idx, s.how, cmd)
 }
 
+// nsArgs: the container's files. --no-unmount: a login session the judge kills may have
+// started processes that live on in its namespace, as in a container.
 func (p *pod) nsArgs(lib string) []string {
 	return []string{"--preload", lib, "--override-env", p.limits, "--file", "/etc/fakegpu/profile=" + p.profile,
-		"--bind", p.cfg.Paths.Lib, "--bind", p.cfg.Paths.Bin, "--bind", p.dir, "--bind", p.stateDir}
+		"--bind", p.cfg.Paths.Lib, "--bind", p.cfg.Paths.Bin, "--bind", p.dir, "--bind", p.stateDir, "--no-unmount"}
 }
 
 func (p *pod) execEnv(lib string) []string {
-	env := append([]string{"LD_PRELOAD=" + lib, "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + p.cache, "LIBCUDA_LOG_LEVEL=1"},
+	level := "1"
+	if v := os.Getenv("MEMJUDGE_LIBCUDA_LOG_LEVEL"); v != "" { // to debug a replay
+		level = v
+	}
+	env := append([]string{"LD_PRELOAD=" + lib, "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + p.cache, "LIBCUDA_LOG_LEVEL=" + level},
 		p.hostEnv()...)
 	for i, l := range p.cfg.Limits {
 		env = append(env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", i, l>>20))

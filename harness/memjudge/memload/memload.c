@@ -23,9 +23,12 @@
  *   ipcopen ID HEX          opens it here
  *   vmmexport ID            "ok PID FD": VMM allocation ID (kind vmmx) as a descriptor
  *   vmmimport ID PID FD BYTES   takes PID's descriptor (pidfd_getfd), imports and maps it
- *   ctxcreate ID DEV        a created context on DEV, current ("ok UUID"); `free ID` destroys it
- *   reset DEV               cuDevicePrimaryCtxReset, then the primary context again
+ *   ctxcreate ID DEV        a created context on DEV, current ("ok UUID"); `free ID` destroys it and
+ *                           says what is current then ("ok ORDINAL UUID CTXID", CTXID -1 for a
+ *                           primary context; "ok none")
+ *   reset DEV               cuDevicePrimaryCtxReset, then DEV's primary context again, current
  *   trim                    synchronise, trim the pools and the graph memory
+ *   poolcycle N             N times: a new pool, 2 MiB from it (freed), the pool destroyed
  *   burst THREADS N BYTES   THREADS threads, each N x (cuMemAlloc, cuMemFree); "ok GRANTED REFUSED"
  *   sigalloc BYTES N        N times: a timer signal whose handler allocates BYTES lands while
  *                           this thread is inside a (slowed) cuMemAlloc; "ok GRANTED REFUSED"
@@ -85,6 +88,7 @@ static CUcontext primary[MAXDEV];
 static CUmemoryPool pools[MAXDEV];
 static int cur_dev = -1;
 static int *hoard, nhoard;
+static void cmd_fork(const char *path, int exec);
 
 /* The legacy entry points, as an old program reaches them: by name at an old version. */
 typedef CUresult (*mem1_fn)(CUdeviceptr_v1 *, unsigned);
@@ -438,11 +442,8 @@ static CUresult free_obj(struct obj *o)
     case K_IPC: r = cuIpcCloseMemHandle(o->ptr); break;
     case K_CTX:
         r = cuCtxDestroy((CUcontext)o->handle);
-        if (r == CUDA_SUCCESS) {
+        if (r == CUDA_SUCCESS)
             forget_ctx((CUcontext)o->handle);
-            if (cur_dev >= 0 && primary[cur_dev])
-                cuCtxSetCurrent(primary[cur_dev]);
-        }
         break;
     }
     return r;
@@ -458,14 +459,33 @@ static void cmd_free(long id)
     cuCtxGetCurrent(&was);
     if (o->ctx && o->ctx != was && o->kind != K_CTX)
         cuCtxSetCurrent(o->ctx);
+    int ctx = o->kind == K_CTX;
     CUresult r = free_obj(o);
-    if (o->ctx && o->ctx != was && o->kind != K_CTX)
+    if (o->ctx && o->ctx != was && !ctx)
         cuCtxSetCurrent(was);
-    if (r == CUDA_SUCCESS && o->kind != K_CTX)
+    if (r == CUDA_SUCCESS)
         memset(o, 0, sizeof *o);
-    else if (r == CUDA_SUCCESS)
-        memset(o, 0, sizeof *o);
-    result(r);
+    if (r != CUDA_SUCCESS || !ctx) {
+        result(r);
+        return;
+    }
+    /* A destroyed context leaves whatever was below it current: say which (ordinal, UUID, and the
+     * created context's id, -1 for a primary one, or "none"). */
+    CUcontext now = NULL;
+    CUdevice d;
+    CUuuid u;
+    cuCtxGetCurrent(&now);
+    if (!now || cuCtxGetDevice(&d) != CUDA_SUCCESS || cuDeviceGetUuid(&u, d) != CUDA_SUCCESS) {
+        cur_dev = -1;
+        reply("ok none");
+        return;
+    }
+    cur_dev = d;
+    long cid = -1;
+    for (int i = 0; i < MAXOBJ; i++)
+        if (objs[i].kind == K_CTX && objs[i].handle == (void *)now)
+            cid = i;
+    reply("ok %d %s %ld", d, uuid_str(&u), cid);
 }
 
 static void cmd_ipcget(long id)
@@ -593,8 +613,9 @@ static void cmd_reset(int dev)
         if (pools[dev])
             pools[dev] = NULL; /* a reset destroys the pools made in the context's device's scope */
         primary[dev] = NULL;
-        r = use(dev); /* retained again, as a runtime would at its next call */
     }
+    if (r == CUDA_SUCCESS)
+        r = use(dev); /* retained again and current, as a runtime would at its next call */
     result(r);
 }
 
@@ -606,6 +627,30 @@ static void cmd_trim(void)
             r = cuMemPoolTrimTo(pools[d], 0);
     if (r == CUDA_SUCCESS && cur_dev >= 0)
         r = cuDeviceGraphMemTrim(cur_dev);
+    result(r);
+}
+
+static void cmd_poolcycle(long n)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        CUmemPoolProps p;
+        memset(&p, 0, sizeof p);
+        p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.location.id = cur_dev;
+        CUmemoryPool pool;
+        CUdeviceptr d;
+        if ((r = cuMemPoolCreate(&pool, &p)) != CUDA_SUCCESS)
+            break;
+        if ((r = cuMemAllocFromPoolAsync(&d, 2 * MIB, pool, NULL)) == CUDA_SUCCESS)
+            r = cuMemFreeAsync(d, NULL);
+        if (r == CUDA_SUCCESS)
+            r = cuStreamSynchronize(NULL);
+        CUresult r2 = cuMemPoolDestroy(pool);
+        if (r == CUDA_SUCCESS)
+            r = r2;
+    }
     result(r);
 }
 
@@ -740,7 +785,10 @@ static void cmd_fork(const char *path, int exec)
             _exit(126);
         }
         /* Without exec: a new process of the pod with the parent's memory image but no CUDA
-         * objects of its own (the driver gives a child none). */
+         * objects of its own (the driver gives a child none). The parent's hoard of descriptors
+         * is not the child's: given back, so that it can reach the judge. */
+        while (nhoard > 0)
+            close(hoard[--nhoard]);
         if (connect_to(path) != 0)
             _exit(125);
         for (int i = 0; i < MAXOBJ; i++)
@@ -848,6 +896,8 @@ int main(int argc, char **argv)
             cmd_reset((int)id);
         else if (!strcmp(op, "trim"))
             cmd_trim();
+        else if (!strcmp(op, "poolcycle"))
+            cmd_poolcycle(id);
         else if (!strcmp(op, "burst"))
             cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
         else if (!strcmp(op, "sigalloc"))

@@ -119,7 +119,7 @@ echo "== allocation paths (hamicore/test/paths): natively, env session, login se
 paths() { # MODE RUNNER...
 	local mode=$1 p got rc
 	shift
-	for p in vmm ctx pool graph array order stress fork dlsym; do
+	for p in vmm ctx pool graph array order stress fork dlsym fds; do
 		local pre=()
 		[ "$p" = order ] && pre=(CUDA_VISIBLE_DEVICES=1,0)
 		# A real cuMemAlloc/cuMemFree pair costs ~75 us: 8 threads x 100k pairs would take minutes.

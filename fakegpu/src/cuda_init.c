@@ -6,7 +6,7 @@
 
 #include "cuda_internal.h"
 
-fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER};
+fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER, .st = FG_STATE_DETACHED};
 
 /* fork: hold our mutex across it so the child gets a consistent table, then make the child a
  * fresh process for the device: no contexts, no allocations, its own state slot. */

@@ -3,7 +3,7 @@
 
 #include "nvml_internal.h"
 
-fg_nvml fg_nv = {.mu = PTHREAD_MUTEX_INITIALIZER};
+fg_nvml fg_nv = {.mu = PTHREAD_MUTEX_INITIALIZER, .st = FG_STATE_DETACHED};
 
 #define GPU_MAGIC 0x47505531u /* "GPU1" */
 #define MIG_MAGIC 0x4d494731u /* "MIG1" */

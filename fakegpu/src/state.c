@@ -31,6 +31,38 @@ static int init_shared(fg_shared *sh, uint64_t identity, unsigned nunits) {
     return 0;
 }
 
+/* Where our description's file position is parked: from this attachment's address, so that
+ * another description of the file (libnvidia-ml's next to libcuda's, or a fresh one of the
+ * program's, at 0) does not look like ours. Between 1 and 2 GiB: every file system seeks there.
+ * Nothing reads or writes through the descriptor; only fcntl and mmap use it. */
+static off_t mark(const fg_state *st) { return (off_t)((1u << 30) | (((uintptr_t)st >> 4) & ((1u << 30) - 1))); }
+
+/* Our descriptor still names our description: the program may have closed it, or put a file
+ * of its own on its number. */
+static int fd_ours(const fg_state *st) {
+    struct stat sb;
+    return st->fd >= 0 && fstat(st->fd, &sb) == 0 && sb.st_dev == st->dev && sb.st_ino == st->ino &&
+           lseek(st->fd, 0, SEEK_CUR) == mark(st);
+}
+
+/* Opens the state file again (the old number is left alone: it is no longer ours). pin: map it
+ * through the new description too, which keeps that description — and the locks taken through
+ * it — for as long as the process lives, whatever becomes of the descriptor; the description
+ * the old mapping held is let go. 0 or -1 (the file is gone or replaced: no longer our device). */
+static int reopen(fg_state *st, int pin) {
+    int fd = open(st->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_dev != st->dev || sb.st_ino != st->ino || lseek(fd, mark(st), SEEK_SET) < 0 ||
+        (pin && mmap(st->sh, sizeof *st->sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)) {
+        close(fd);
+        return -1;
+    }
+    st->fd = fd;
+    return 0;
+}
+
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
     char msg[300];
     memset(st, 0, sizeof *st);
@@ -100,25 +132,31 @@ int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned 
         munmap(sh, sizeof *sh), close(fd);
         return fail(err, errlen, path, bad);
     }
-    st->sh = sh, st->fd = fd;
+    st->sh = sh, st->fd = fd, st->pid = getpid(), st->dev = sb.st_dev, st->ino = sb.st_ino;
+    (void)lseek(fd, mark(st), SEEK_SET); /* cannot fail on a regular file; if it did, the next use reopens */
     return 0;
 }
 
 void fg_state_detach(fg_state *st) {
     if (st->sh)
         munmap(st->sh, sizeof *st->sh);
-    if (st->fd >= 0)
-        close(st->fd); /* drops our liveness lock: our slot reads as dead from now on */
+    if (fd_ours(st))
+        close(st->fd); /* with the mapping gone, this drops our liveness lock: our slot reads as dead */
     st->sh = NULL, st->fd = -1, st->slot = -1;
 }
 
 void fg_state_after_fork(fg_state *st) {
-    if (st->fd < 0)
-        return;
-    /* The inherited descriptor shares the parent's lock; ours must be our own. */
-    close(st->fd);
-    st->fd = open(st->path, O_RDWR | O_CLOEXEC);
-    st->slot = -1, st->pid = 0;
+    if (!st->sh)
+        return; /* not attached (a fork before cuInit): there is no descriptor of ours to touch */
+    /* The inherited descriptor and mapping share the parent's description and its lock; ours
+     * must be our own, and the parent's must not live on in us. */
+    if (fd_ours(st))
+        close(st->fd); /* the child's copy: the parent's stays open */
+    st->fd = -1, st->slot = -1, st->pid = getpid();
+    if (reopen(st, 1) != 0) {
+        munmap(st->sh, sizeof *st->sh); /* never keep the parent's description: no device in this child */
+        st->sh = NULL;
+    }
 }
 
 static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
@@ -130,7 +168,7 @@ static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
     return fcntl(fd, cmd, fl);
 }
 
-static int mine(const fg_state *st, int i) { return i == st->slot && st->pid == getpid(); }
+static int mine(const fg_state *st, int i) { return i >= 0 && i == st->slot && st->pid == getpid(); }
 
 static int holds(const fg_shared_alloc *a, int slot) { return (a->holders[slot / 64] >> (slot % 64)) & 1; }
 
@@ -163,6 +201,8 @@ static void reap(fg_state *st) {
 }
 
 int fg_state_lock(fg_state *st) {
+    if (st->sh && st->pid != getpid())
+        fg_state_after_fork(st); /* forked without our atfork handler (raw clone, _Fork) */
     if (!st->sh)
         return -1;
     int rc = pthread_mutex_lock(&st->sh->mutex);
@@ -174,8 +214,12 @@ int fg_state_lock(fg_state *st) {
     }
     if (rc != 0)
         return -1;
-    if (st->slot >= 0 && st->pid != getpid())
-        fg_state_after_fork(st); /* forked without our atfork handler (raw clone) */
+    /* The program closed our descriptor or reused its number: reap must not ask a file of the
+     * program's who lives. While we hold a slot the old mapping keeps our lock: leave it. */
+    if (!fd_ours(st) && reopen(st, !mine(st, st->slot)) != 0) {
+        pthread_mutex_unlock(&st->sh->mutex);
+        return -1;
+    }
     reap(st);
     return 0;
 }

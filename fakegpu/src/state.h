@@ -15,6 +15,18 @@
  * use whose byte nobody locks belongs to a dead process and is reclaimed on the next lock.
  * fork: the child shares the parent's open file description, so it reopens the file and takes a
  * slot of its own (fg_state_after_fork); O_CLOEXEC keeps exec'd programs from inheriting it.
+ *
+ * The descriptor is the program's to close (closefrom, a double close, dup2 over it), and its
+ * number may then name a file of the program's. So:
+ * - the lock lives on the open file description, and the mapping keeps that description open
+ *   (the kernel drops OFD locks with the description's last reference, and a MAP_SHARED mapping
+ *   is one): the program closing the descriptor does not end our liveness. A forked child
+ *   remaps the file through a description of its own, so that it neither keeps its parent's
+ *   liveness after the parent dies nor loses its own with its descriptor;
+ * - before every use the descriptor is checked to still be ours (the same file, and the file
+ *   position we parked our description at, which no other description of it has); if not, the file is opened again and
+ *   the old number is left alone. fakegpu never locks, reads or closes a descriptor it did not
+ *   open (it cannot tell one a thread of the program swaps in between the check and the use).
  */
 #ifndef FG_STATE_H
 #define FG_STATE_H
@@ -86,9 +98,14 @@ typedef struct fg_state {
     fg_shared *sh;
     int fd;
     int slot;  /* this process's slot, -1 until it needs one */
-    pid_t pid; /* the process that owns `slot` */
+    pid_t pid; /* the process this attachment (descriptor, mapping, slot) belongs to */
+    dev_t dev; /* the state file: a descriptor that no longer names it is not ours */
+    ino_t ino;
     char path[600];
 } fg_state;
+
+/* A state nobody attached yet: no descriptor (0 is the program's standard input, not ours). */
+#define FG_STATE_DETACHED {.sh = NULL, .fd = -1, .slot = -1}
 
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen);
 void fg_state_detach(fg_state *st);
@@ -121,7 +138,8 @@ uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_
 /* The same as a percentage. */
 unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 
-/* Not under the lock: in a forked child, before anything else. */
+/* Not under the lock: in a forked child, before anything else. Detaches (fails closed) when the
+ * file cannot be opened again. */
 void fg_state_after_fork(fg_state *st);
 
 #endif

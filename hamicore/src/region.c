@@ -8,18 +8,19 @@
  * Each live process holds a write lock on its slot's byte: F_OFD_GETLK tells any process, in any
  * PID namespace, whether the owner still lives, so dead slots are reclaimed without kill().
  *
- * Liveness must survive whatever the program does with descriptors: it may close every
- * descriptor it did not open (closefrom), close one twice, or open and close usage.cache itself —
- * and a classic POSIX lock is dropped when the process closes ANY descriptor of the file. So the
- * locks are open-file-description locks taken on the description the region is mapped from: the
- * mapping holds a reference to that description for the life of the process, so the lock goes
- * only when the process dies (or unmaps the region), whatever happens to the descriptor. A
- * forked child maps the file again from a description of its own, so the parent's lock does not
- * live on in it. The descriptor number itself is not trusted after init: before each use it is
- * checked to still be this file, else the file is opened again.
+ * The descriptor is the program's to close (closefrom, a double close, dup2 over it). The locks
+ * are open-file-description locks: they last as long as the description, and the mapping holds
+ * the description open until the process dies, so closing the descriptor — or any other
+ * descriptor of the file, which drops classic POSIX locks — ends no liveness. Before the
+ * descriptor is used it is checked to still be ours (the file's device and inode, and the file
+ * position our description is parked at, LB_FD_MARK); if it is not, the file is opened again by
+ * its path and the number is left to the program: the library never asks a file of the
+ * program's who lives, nor locks or closes it. A forked child maps the file through a
+ * description of its own, so that a dead parent's lock does not live on in it.
  *
  * Library manners: no umask change (fchmod of a file we created instead), no signal handlers,
- * no exit(); every failure degrades to a private region with the process's own limits.
+ * no exit(); a failure of the file degrades to a private region with the process's own limits,
+ * a failure of the process (no descriptor or memory to spare) refuses every allocation instead.
  */
 #include "region.h"
 
@@ -41,49 +42,82 @@ _Atomic(struct lb_region_slot *) lb_region_slot;
 uint64_t lb_own_limit[LB_REGION_MAX_DEVICES];
 const char *lb_region_refusal;
 static int g_fd = -1;
-static dev_t g_dev; /* the region file's identity, to recognise g_fd */
-static ino_t g_ino;
-static char g_path[4096];
-/* g_fd is an open file description of this process's own. 0 in a forked child until it has one:
- * the inherited one is the parent's, and through it the parent's lock reads as no lock at all
- * (a description never conflicts with itself), so no liveness is judged through it. */
+/* g_fd is a description of this process's own. 0 in a forked child until it has one: the
+ * inherited description is the parent's, and through it the parent's lock reads as no lock at
+ * all (a description never conflicts with itself), so no liveness is judged through it. */
 static int g_fd_own = 1;
-static void remap_own(void);
+static dev_t g_dev; /* the file g_fd was opened on */
+static ino_t g_ino;
+static char g_path[LB_LINE_MAX]; /* to open it again; empty for the private memfd */
 static int g_slot_idx = -1;
 static pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct lb_region_slot g_overflow_slot; /* all slots taken: account locally only */
 
-/* A descriptor of the region file: g_fd while it still is one (the program may have closed it,
- * or reused its number for a file of its own), else the file opened again by its path; -1 if
- * neither works (then nothing is reclaimed and no slot is claimed: on doubt, over-count). */
-static int region_fd(void)
+/* Our description's file position: nothing reads or writes through the descriptor (pread and
+ * mmap take their own offsets), so a description parked here is ours; a fresh one is at 0. */
+#define LB_FD_MARK (((off_t)1 << 30) | 0x1bed)
+
+static int fd_ours(void)
 {
     struct stat st;
-    if (!g_fd_own)
-        remap_own(); /* a forked child that could not make its own at the fork: try again */
-    if (g_fd >= 0 && fstat(g_fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino)
-        return g_fd;
-    if (!g_path[0])
+    return g_fd >= 0 && fstat(g_fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino &&
+           lseek(g_fd, 0, SEEK_CUR) == LB_FD_MARK;
+}
+
+/* Records what fd names and parks its description at the mark; 0 or -1 (a different file). */
+static int adopt(int fd, int check)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (check && (st.st_dev != g_dev || st.st_ino != g_ino)) ||
+        lseek(fd, LB_FD_MARK, SEEK_SET) != LB_FD_MARK)
         return -1;
-    int fd = open(g_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    g_dev = st.st_dev, g_ino = st.st_ino;
+    return 0;
+}
+
+/* A new description of the region's file: by its path, or for the memfd through /proc while our
+ * descriptor lives. pin: map the region through it (the description, and the locks taken through
+ * it, then last as long as the process; the old mapping's description is let go). */
+static int reopen(int pin)
+{
+    char proc[48];
+    const char *path = g_path;
+    if (!g_path[0]) {
+        if (!fd_ours())
+            return -1;
+        lb_fmt(proc, sizeof proc, "/proc/self/fd/%d", g_fd);
+        path = proc;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC | (path == g_path ? O_NOFOLLOW : 0)); /* /proc's is a link */
     if (fd < 0)
         return -1;
-    if (fstat(fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino) {
-        close(fd); /* the path is another file now: not ours to judge liveness by */
+    if (adopt(fd, 1) != 0 ||
+        (pin && mmap(lb_region, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)) {
+        close(fd);
         return -1;
     }
-    g_fd = fd; /* the old number is the program's now */
     return fd;
+}
+
+/* Before any lock query or claim, under the mutex: g_fd is ours, or a new descriptor of the
+ * file, or -1 (every slot then counts as alive and none can be claimed: fail closed). While we
+ * hold a slot, the old mapping keeps our lock: the new description is only asked through. */
+static void own_description(void);
+static void check_fd(void)
+{
+    if (!g_fd_own)
+        own_description(); /* a child that could not make its own at the fork: try again */
+    if (fd_ours() || g_fd < 0)
+        return;
+    g_fd = reopen(g_slot_idx < 0);
 }
 
 static int lock_byte(int cmd, short type, off_t off)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
-    int r, fd = region_fd();
-    if (fd < 0)
-        return -1;
+    int r;
     do
-        r = fcntl(fd, cmd, &fl);
+        r = fcntl(g_fd, cmd, &fl);
     while (r != 0 && errno == EINTR);
     return r;
 }
@@ -92,8 +126,7 @@ static int lock_byte(int cmd, short type, off_t off)
 static int slot_alive(int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
-    int fd = region_fd();
-    if (fd < 0 || !g_fd_own || fcntl(fd, F_OFD_GETLK, &fl) != 0)
+    if (!g_fd_own || fcntl(g_fd, F_OFD_GETLK, &fl) != 0)
         return 1;
     return fl.l_type != F_UNLCK;
 }
@@ -125,6 +158,7 @@ static int reclaim_locked(int *others)
     uint32_t hwm = atomic_load(&lb_region->slot_hwm);
     int n = 0;
     *others = 0;
+    check_fd();
     for (uint32_t i = 0; i < hwm && i < LB_REGION_MAX_SLOTS; i++) {
         if ((int)i == g_slot_idx || atomic_load(&s[i].state) != LB_SLOT_ACTIVE)
             continue;
@@ -191,7 +225,7 @@ struct lb_region_slot *lb_region_claim(void)
         if (atomic_load(&s[i].state) != LB_SLOT_FREE)
             continue;
         if (lock_byte(F_OFD_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
-            continue; /* someone alive holds it (or the file cannot be locked now): not ours to take */
+            continue; /* someone alive holds it: not ours to take */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         s[i].pid = (int32_t)getpid();
@@ -327,13 +361,7 @@ static struct lb_region_header *map_region(const struct lb_config *cfg, const ch
 
 static struct lb_region_header *attach(const struct lb_config *cfg, const char *path)
 {
-    struct stat st;
-    if (fstat(g_fd, &st) != 0) {
-        LB_ERROR("%s: fstat failed (errno %d)", path, errno);
-        return NULL;
-    }
-    g_dev = st.st_dev, g_ino = st.st_ino;
-    if (lock_byte(F_OFD_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
+    if (adopt(g_fd, 0) != 0 || lock_byte(F_OFD_SETLKW, F_WRLCK, LB_REGION_LOCK_OFFSET) != 0) {
         LB_ERROR("%s: cannot take the creation lock (errno %d)", path, errno);
         return NULL;
     }
@@ -354,7 +382,6 @@ void lb_region_init(const struct lb_config *cfg)
         return;
     }
     const char *path = cfg->cache_path;
-    lb_fmt(g_path, sizeof g_path, "%s", path);
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd >= 0) {
         fchmod(fd, 0666); /* every process of the pod shares it, whatever its uid; umask untouched */
@@ -367,11 +394,11 @@ void lb_region_init(const struct lb_config *cfg)
                path, strerror(errno));
         lb_region_refusal = why;
         LB_ERROR("%s", why);
-        g_path[0] = 0;
         return;
     }
     if (fd >= 0) {
         g_fd = fd;
+        lb_fmt(g_path, sizeof g_path, "%s", path);
         lb_region = attach(cfg, path);
         if (!lb_region) {
             close(fd);
@@ -382,23 +409,23 @@ void lb_region_init(const struct lb_config *cfg)
     }
     if (!lb_region) {
         /* Never crash, never run uncapped: enforce this process's own limits in a private region
-         * (a memfd, so the slot locks and fork children work the same way). */
-        g_path[0] = 0;
+         * (a memfd, so fcntl slot locks and fork children work the same way). */
         LB_ERROR("enforcing this process's own limits without the shared usage cache; other processes of the "
                  "pod are not counted");
         g_fd = memfd_create("limitbed-usage", MFD_CLOEXEC);
+        g_path[0] = '\0';
         if (g_fd >= 0)
             lb_region = attach(cfg, "private usage region");
         if (!lb_region) {
             /* Last resort: anonymous memory, no liveness (only this process uses it). */
+            if (g_fd >= 0)
+                close(g_fd);
+            g_fd = -1;
             void *p = mmap(NULL, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             if (p != MAP_FAILED) {
                 lb_region = p;
                 stamp(lb_region, cfg, 1); /* anonymous memory is zero-filled */
             }
-            if (g_fd >= 0)
-                close(g_fd);
-            g_fd = -1;
         }
     } else {
         LB_DEBUG("%s: attached", path);
@@ -411,53 +438,40 @@ void lb_region_init(const struct lb_config *cfg)
 }
 
 /* fork: the claim lock is held across it, so the child never inherits it locked by a thread
- * that does not exist there. The child has no slot until it claims one, and maps the region
- * again from an open file description of its own: the inherited mapping holds the parent's
- * description, whose slot lock would otherwise live as long as the child (a parent killed while
- * its fork lives on would look alive). If that fails the child keeps the parent's mapping: the
- * parent's slot may then outlive it (an over-count, never an under-count). */
-static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
-static void remap_own(void)
+ * that does not exist there. The child has no slot until it claims one, and shares its parent's
+ * description (and through it the parent's lock) until it maps the region through one of its
+ * own: then its slot lock is its own, and the parent's ends with the parent. When that fails the
+ * child keeps sharing it: both read as alive while either lives (an over-count, never an
+ * under-count). */
+static void own_description(void)
 {
     if (!lb_region || g_fd < 0)
-        return; /* anonymous memory: nothing is locked */
-    char self[64];
-    lb_fmt(self, sizeof self, "/proc/self/fd/%d", g_fd);
-    int fd = open(g_path[0] ? g_path : self, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && g_path[0])
-        fd = open(self, O_RDWR | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != g_dev || st.st_ino != g_ino ||
-        mmap(lb_region, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
-        if (fd >= 0)
-            close(fd);
         return;
-    }
-    if (g_fd != fd) {
-        struct stat old;
-        if (fstat(g_fd, &old) == 0 && old.st_dev == g_dev && old.st_ino == g_ino)
-            close(g_fd); /* the inherited descriptor of the parent's description (still ours) */
-        g_fd = fd;
-    }
+    int mine = fd_ours(), fd = reopen(1);
+    if (fd < 0)
+        return;
+    if (mine)
+        close(g_fd); /* the child's copy of the parent's descriptor */
+    g_fd = fd;
     g_fd_own = 1;
 }
+static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
 void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
-    g_fd_own = 0;
-    remap_own();
+    g_fd_own = g_fd < 0;
+    own_description();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
-
 /* The forking thread holds the claim lock (prepare): in the child it is that thread's to unlock. */
 static void fork_child(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
-    g_fd_own = 0;
-    remap_own();
+    g_fd_own = g_fd < 0;
+    own_description();
     pthread_mutex_unlock(&g_claim_lock);
 }
 static void __attribute__((constructor(101))) region_register_fork(void)

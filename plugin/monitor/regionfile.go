@@ -18,7 +18,7 @@ type UsageReader interface {
 
 // RegionFiles reads usage regions from files and decides slot liveness
 // from the region's lock bytes, as libvgpu does: the owner of slot i holds
-// a POSIX write lock on byte lock_offset+1+i for as long as it lives, and
+// a write lock on byte lock_offset+1+i for as long as it lives, and
 // the kernel drops it when the process dies, however it dies. The query
 // (F_OFD_GETLK, F_WRLCK, one byte) works from any PID namespace, needs only
 // a read-only descriptor and takes no lock, so the monitor never disturbs
@@ -53,9 +53,10 @@ func (RegionFiles) ReadUsage(path string) (Usage, error) {
 }
 
 // slotLocked reports whether some process holds the lock byte of slot.
-// Open file description locks conflict with the POSIX locks libvgpu takes,
-// so F_OFD_GETLK sees them; unlike F_GETLK it would never report a lock of
-// this process as free (the monitor holds none, but a test may share it).
+// libvgpu takes open file description locks (older builds took POSIX ones;
+// the two kinds conflict, so F_OFD_GETLK sees either); unlike F_GETLK it
+// never reports a lock of this process as free (the monitor holds none, but
+// a test may share it).
 func slotLocked(f *os.File, slot int) (bool, error) {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(slotLockByteOffset + slot), Len: 1}
 	for {

@@ -79,7 +79,7 @@ var LimitbedLayout = Layout{Name: NameLimitbed, Major: limitbedVersion}
 // LimitbedFileSize is the size of every limitbed v2 region file.
 const LimitbedFileSize = limitbedFileSize
 
-// LockByte is the file offset of the byte whose POSIX write lock the owner of
+// LockByte is the file offset of the byte whose write lock the owner of
 // limitbed slot i holds for as long as it lives (the kernel drops the lock when
 // the process dies, however it dies).
 func LockByte(slot int) int64 { return int64(lbSlotLockByteBase + slot) }

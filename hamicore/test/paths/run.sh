@@ -9,7 +9,7 @@ shift
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 lib=${PATH_LIB:-$out/lib/libvgpu.so}
 progs=("$@")
-[ ${#progs[@]} -gt 0 ] || progs=(vmm ctx pool graph array order stress fork dlsym noregion)
+[ ${#progs[@]} -gt 0 ] || progs=(vmm ctx pool graph array order stress fork dlsym noregion fds)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0

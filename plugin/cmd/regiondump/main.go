@@ -77,8 +77,8 @@ func read(path string) (region.Region, error) {
 }
 
 // locked reports whether some process holds the lock byte of slot. An open
-// file description query conflicts with the POSIX locks libvgpu takes and
-// takes none itself.
+// file description query sees the locks libvgpu takes (open file description
+// locks; POSIX ones in older builds) and takes none itself.
 func locked(f *os.File, slot int) (bool, error) {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: region.LockByte(slot), Len: 1}
 	for {

@@ -215,12 +215,11 @@ int fg_state_lock(fg_state *st) {
     if (rc != 0)
         return -1;
     /* The program closed our descriptor or reused its number: reap must not ask a file of the
-     * program's who lives. While we hold a slot the old mapping keeps our lock: leave it. */
-    if (!fd_ours(st) && reopen(st, !mine(st, st->slot)) != 0) {
-        pthread_mutex_unlock(&st->sh->mutex);
-        return -1;
-    }
-    reap(st);
+     * program's who lives. While we hold a slot the old mapping keeps our lock: leave it. When
+     * no descriptor can be had (the program took them all), the state is still ours to update
+     * through the mapping — a free must not be lost — but nobody is reaped and no slot taken. */
+    if (fd_ours(st) || reopen(st, !mine(st, st->slot)) == 0)
+        reap(st);
     return 0;
 }
 
@@ -229,6 +228,8 @@ void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
 int fg_state_own_slot(fg_state *st) {
     if (mine(st, st->slot))
         return st->slot;
+    if (!fd_ours(st))
+        return -1; /* no descriptor of ours to lock a slot through (fg_state_lock could not reopen one) */
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
         fg_slot *s = &st->sh->slot[i];
         struct flock fl;

@@ -216,6 +216,16 @@ static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes, 
     return st;
 }
 
+/* The driver handed out a value the table still has: that entry's allocation is gone (freed with
+ * its context behind our back, or a pool's given back at a reset), so its charge goes too —
+ * otherwise the new allocation's free would find the stale entry first. */
+static inline void forget_stale(const struct table *t, uint64_t value)
+{
+    struct found f;
+    if (__builtin_expect(untrack(t, value, &f), 0) && f.kind == E_DIRECT)
+        lb_region_release(f.dev, f.size);
+}
+
 /* A reservation and a table place are held (charge_*, table_take): roll both back when the driver
  * failed, else track the new value in the place taken for it. */
 static inline CUresult charge_settle(const struct charge *c, const struct table *t, CUresult r, uint64_t value)
@@ -224,6 +234,7 @@ static inline CUresult charge_settle(const struct charge *c, const struct table 
         lb_region_release(c->dev, c->bytes);
         table_give(t);
     } else {
+        forget_stale(t, value);
         (void)track(t, value, c->bytes, c->dev, c->owner, c->kind);
     }
     return r;

@@ -7,6 +7,7 @@
 #include "limitbed/region.h"
 #include "devmap.h"
 #include "graph.h"
+#include "guard.h"
 #include "memory.h"
 #include "reserve.h"
 #include "symbols.h"
@@ -206,6 +207,8 @@ LB_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(pctx, dev);
     lb_ctx_primary_end(dev, r, phys);
+    if (r == CUDA_SUCCESS && !lb_guard)
+        (void)lb_phys_index(dev); /* which GPU it is, asked now: NVML may not load later (no descriptors) */
     if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < MAX_ORD)
         atomic_store(&g_primary[dev], (uintptr_t)*pctx);
     return r;

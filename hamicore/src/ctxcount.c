@@ -54,9 +54,11 @@ int lb_ctx_birth(int ord, int *phys, const void *ra)
         LB_WARN("context creation refused: called inside another CUDA call of the library (a signal handler?)");
         return 0;
     }
+    /* Which GPU it is, asked now even when nothing is charged: NVML may not load later (the
+     * program's descriptors may all be taken by then). */
+    int p = lb_phys_index(ord);
     if (!lb_active() || !lb_region)
         return 1; /* nothing to charge against (every allocation is refused anyway) */
-    int p = lb_phys_index(ord);
     if (p < 0 || p >= LB_REGION_MAX_DEVICES) {
         LB_WARN("context on CUDA device %d refused: the library cannot tell which GPU it is", ord);
         return 0;

@@ -47,6 +47,8 @@ static CUresult pool_alloc(const char *api, CUdeviceptr *dptr, size_t bytes, CUm
     lb_guard_leave();
     lb_region_release(dev, growth); /* the settle below charges what the pool really took */
     lb_pool_settle(from, dev);
+    if (r == CUDA_SUCCESS)
+        forget_stale(&g_ptrs, *dptr);
     if (r == CUDA_SUCCESS && table_take(&g_ptrs)) /* no place: its free is just not seen (the reserve is) */
         (void)track(&g_ptrs, *dptr, 0, dev, (uintptr_t)from, E_POOL);
     return r;

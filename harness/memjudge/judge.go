@@ -18,8 +18,10 @@ package memjudge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -47,6 +49,7 @@ type Config struct {
 	Steps  int      // steps of a generated sequence
 	Dir    string   // scratch directory
 	Logf   func(format string, args ...any)
+	Trace  bool // log every step with the driver's and the library's figures (to read a replay)
 }
 
 // Failure is a property that did not hold.
@@ -224,15 +227,45 @@ func (r *run) step(line string) (*Failure, error) {
 		return nil, err
 	}
 	r.stats.Checks++
+	if r.cfg.Trace {
+		r.trace(line, res, after)
+	}
 	if msg := r.checkOver(after); msg != "" {
 		return r.fail("over", msg), nil
 	}
-	if alloc && res.refusedOOM && res.unit >= 0 {
+	// A process with no descriptor to spare may be refused by the driver itself (fakegpu cannot
+	// reach its state then; a real driver its device files): not the library's refusal.
+	if alloc && res.refusedOOM && res.unit >= 0 && !p.full {
 		if msg := r.checkRefusal(before, p, res.unit, res.bytes); msg != "" {
 			return r.fail("refused", msg), nil
 		}
 	}
 	return nil, nil
+}
+
+func (r *run) trace(line string, res outcome, t Truth) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-40s", line)
+	if res.refusedOOM {
+		fmt.Fprintf(&b, " REFUSED(%d MiB on %d)", res.bytes/mib, res.unit)
+	}
+	for u := range t.Units {
+		fmt.Fprintf(&b, " | GPU%d driver %d MiB (-%d ctx)", u, t.Units[u].Used/mib, r.allowance(t, u)/mib)
+	}
+	if out, err := exec.Command(filepath.Join(r.cfg.Paths.Bin, "regiondump"), r.pod.cache).Output(); err == nil {
+		var reg struct {
+			Devices []struct {
+				Index int    `json:"index"`
+				Used  uint64 `json:"used_bytes"`
+			} `json:"devices"`
+		}
+		if json.Unmarshal(out, &reg) == nil {
+			for _, d := range reg.Devices {
+				fmt.Fprintf(&b, " | lib%d %d MiB", d.Index, d.Used/mib)
+			}
+		}
+	}
+	r.logf("%s", b.String())
 }
 
 func (r *run) fail(prop, detail string) *Failure {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -131,6 +132,7 @@ func TestMemJudgeReplay(t *testing.T) {
 		}
 	}
 	seed, _ := strconv.ParseInt(os.Getenv("MEMJUDGE_SEED"), 10, 64)
+	cfg.Trace = os.Getenv("MEMJUDGE_TRACE") != ""
 	f, st, err := memjudge.Replay(context.Background(), cfg, seed, lines)
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +143,9 @@ func TestMemJudgeReplay(t *testing.T) {
 			if b, _ := os.ReadFile(l); len(b) > 0 {
 				t.Logf("%s:\n%s", l, truncateTail(string(b), 6000))
 			}
+		}
+		if out, err := exec.Command(filepath.Join(cfg.Paths.Bin, "regiondump"), filepath.Join(f.Dir, "usage.cache")).Output(); err == nil {
+			t.Logf("the library's view (regiondump):\n%s", out)
 		}
 		t.Fatalf("%v\n%s", f, strings.Join(f.Lines, "\n"))
 	}

@@ -247,13 +247,17 @@ func (r *run) exec(p *proc, verb string, a []string) (outcome, error) {
 		if err != nil {
 			return out, tolerate(err)
 		}
-		if rep.ok {
+		if rep.ok && len(rep.fields) > 0 {
 			for id, o := range p.objs {
 				if o.ctx == -1 && o.ordinal == d && !o.survivesCtx() {
 					delete(p.objs, id)
 				}
 			}
-			p.cur, p.curCtx = d, -1
+			u, err := r.unitOf(rep.fields[0])
+			if err != nil {
+				return out, err
+			}
+			p.cur, p.curCtx, p.units[d] = d, -1, u
 		}
 	case "fork", "spawn":
 		child := atoi(strings.TrimPrefix(arg(0), "p"))
@@ -275,7 +279,11 @@ func (r *run) exec(p *proc, verb string, a []string) (outcome, error) {
 	case "closecache":
 		_, err := p.do(r.ctx, "closecache "+r.pod.cache)
 		return out, tolerate(err)
-	default: // the rest are memload's own: burst, sigalloc, sigfree, trim, closeall, exhaust, unexhaust
+	case "exhaust", "unexhaust":
+		_, err := p.do(r.ctx, verb)
+		p.full = verb == "exhaust"
+		return out, tolerate(err)
+	default: // the rest are memload's own: burst, sigalloc, sigfree, trim, closeall
 		_, err := p.do(r.ctx, strings.TrimSpace(verb+" "+strings.Join(a, " ")))
 		return out, tolerate(err)
 	}

@@ -28,6 +28,7 @@ type proc struct {
 	units   map[int]int // CUDA ordinal -> accounting unit (known once used)
 	cur     int         // current ordinal, -1 before init
 	curCtx  int         // current context: -1 the primary context of cur, else a ctx object's id
+	full    bool        // its descriptor table is full (exhaust): the driver itself may refuse then
 	objs    map[int]*object
 	nextObj int
 	log     *os.File

@@ -26,7 +26,8 @@
  *   ctxcreate ID DEV        a created context on DEV, current ("ok UUID"); `free ID` destroys it and
  *                           says what is current then ("ok ORDINAL UUID CTXID", CTXID -1 for a
  *                           primary context; "ok none")
- *   reset DEV               cuDevicePrimaryCtxReset, then DEV's primary context again, current
+ *   reset DEV               cuDevicePrimaryCtxReset, then DEV's primary context again, current;
+ *                           "ok UUID"
  *   trim                    synchronise, trim the pools and the graph memory
  *   poolcycle N             N times: a new pool, 2 MiB from it (freed), the pool destroyed
  *   burst THREADS N BYTES   THREADS threads, each N x (cuMemAlloc, cuMemFree); "ok GRANTED REFUSED"
@@ -614,9 +615,11 @@ static void cmd_reset(int dev)
             pools[dev] = NULL; /* a reset destroys the pools made in the context's device's scope */
         primary[dev] = NULL;
     }
-    if (r == CUDA_SUCCESS)
-        r = use(dev); /* retained again and current, as a runtime would at its next call */
-    result(r);
+    if (r != CUDA_SUCCESS) {
+        result(r);
+        return;
+    }
+    cmd_init(dev); /* retained again and current, as a runtime would at its next call; "ok UUID" */
 }
 
 static void cmd_trim(void)

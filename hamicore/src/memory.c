@@ -53,6 +53,10 @@ static void __attribute__((constructor(101))) memory_register_fork(void) { pthre
 /* Every entry the destroyed context owned: the driver freed it. */
 void lb_memory_ctx_gone(uintptr_t ctx)
 {
+    /* A forked child's tables are its parent's until cleared: none of that is the child's to free
+     * (the child's contexts can even have the same handles as the parent's). */
+    if (atomic_load_explicit(&lb_mem_stale, memory_order_acquire))
+        lb_mem_clear_stale();
     const struct table *ts[2] = {&g_ptrs, &g_arrays};
     for (int t = 0; t < 2; t++) {
         uint32_t n = 1u << ts[t]->bits;

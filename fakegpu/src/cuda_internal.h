@@ -194,7 +194,7 @@ void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
 
-/* FAKEGPU_ALLOC_DELAY_MS: time an allocation spends in the driver (cuda_mem.c). */
+/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_mem.c). */
 void fg_alloc_delay(void);
 /* Kinds of the allocation table (cuda_mem.c). */
 enum { FG_K_MEM, FG_K_MANAGED, FG_K_PITCH, FG_K_ASYNC, FG_K_ARRAY, FG_K_MIPMAP, FG_K_IPC };

@@ -8,6 +8,7 @@
  * Sizes are charged in 2 MiB granules, the page size a real GPU hands out large allocations in.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -91,13 +92,20 @@ void fg_mem_uncharge(int ordinal, uint64_t bytes) {
     fg_state_unlock(&fg_cu.st);
 }
 
-/* FAKEGPU_ALLOC_DELAY_MS=N: every device allocation spends N ms in the driver before it takes any
- * lock, as a slow real one can. Read at each allocation (not at cuInit), so a test can slow down
- * one call: a signal that arrives then finds its thread inside the driver. */
+/* fakegpuSetAllocDelayMs(N): from now on every device allocation spends N ms in the driver before
+ * it takes any lock, as a slow real one can; 0 ends it. A test slows down a few calls so that a
+ * signal arriving then finds its thread inside the driver. Not a CUDA entry point: a program finds
+ * it with dlsym and, on a real driver, does without. An atomic load on the allocation path: no
+ * environment is read there (its cost would grow with the environment). */
+static _Atomic int alloc_delay_ms;
+
+FG_EXPORT void fakegpuSetAllocDelayMs(int ms) {
+    atomic_store(&alloc_delay_ms, ms < 0 ? 0 : ms > 60000 ? 60000 : ms);
+}
+
 void fg_alloc_delay(void) {
-    const char *v = getenv("FAKEGPU_ALLOC_DELAY_MS");
-    long ms = v ? strtol(v, NULL, 10) : 0;
-    if (ms <= 0 || ms > 60000)
+    int ms = atomic_load_explicit(&alloc_delay_ms, memory_order_relaxed);
+    if (ms <= 0)
         return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)

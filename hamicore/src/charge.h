@@ -20,6 +20,10 @@
 #include "reserve.h"
 #include "symbols.h"
 
+/* The allocation path's pieces go into each wrapper whole: called, their saved registers and
+ * calls cost more than the rest of the bookkeeping (make -C hamicore bench). */
+#define LB_HOT static inline __attribute__((always_inline))
+
 #define K_EMPTY 0u
 #define K_TOMB 1u
 #define K_BUSY 2u /* claimed, being written: not an entry yet */
@@ -56,7 +60,7 @@ extern _Atomic uint32_t lb_table_live[2];
 static const struct table g_ptrs = {lb_ptr_e, LB_PTR_BITS, "device pointers", &lb_full_logged[0], &lb_table_live[0]};
 static const struct table g_arrays = {lb_array_e, LB_ARRAY_BITS, "CUDA arrays", &lb_full_logged[1], &lb_table_live[1]};
 
-static inline uint32_t slot_of(const struct table *t, uint64_t k)
+LB_HOT uint32_t slot_of(const struct table *t, uint64_t k)
 {
     return (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> (64 - t->bits));
 }
@@ -64,7 +68,7 @@ static inline uint32_t slot_of(const struct table *t, uint64_t k)
 void lb_table_log_full(const struct table *t) __attribute__((noinline, cold));
 
 /* A place in the table for one more entry, taken before the driver is called: 0 when full. */
-static inline int table_take(const struct table *t)
+LB_HOT int table_take(const struct table *t)
 {
     uint32_t cap = (1u << t->bits) / 8 * 7;
     if (__builtin_expect(atomic_fetch_add_explicit(t->live, 1, memory_order_relaxed) < cap, 1))
@@ -74,12 +78,12 @@ static inline int table_take(const struct table *t)
     return 0;
 }
 
-static inline void table_give(const struct table *t) { atomic_fetch_sub_explicit(t->live, 1, memory_order_relaxed); }
+LB_HOT void table_give(const struct table *t) { atomic_fetch_sub_explicit(t->live, 1, memory_order_relaxed); }
 
 /* An entry is published only complete: the slot is claimed (K_BUSY) before its fields are
  * written, and its key is stored last, with release order. A racing thread that sees K_BUSY
  * moves on; no one can overwrite a live entry's fields. */
-static inline int track(const struct table *t, uint64_t value, uint64_t size, int dev, uint64_t owner, int kind)
+LB_HOT int track(const struct table *t, uint64_t value, uint64_t size, int dev, uint64_t owner, int kind)
 {
     uint64_t k = value + K_BIAS;
     if (k < K_BIAS)
@@ -108,7 +112,7 @@ struct found {
     int dev, kind;
 };
 
-static inline int untrack(const struct table *t, uint64_t value, struct found *f)
+LB_HOT int untrack(const struct table *t, uint64_t value, struct found *f)
 {
     uint64_t k = value + K_BIAS;
     if (k < K_BIAS)
@@ -160,7 +164,7 @@ void lb_log_reentered(const char *api) __attribute__((noinline, cold));
 void lb_log_refusal(const char *api, int dev, uint64_t bytes) __attribute__((noinline, cold));
 void lb_log_unplaced(const char *api) __attribute__((noinline, cold));
 
-static inline int enforcing(const void *ra)
+LB_HOT int enforcing(const void *ra)
 {
     if (__builtin_expect(lb_guard, 0))
         return lb_guarded(ra);
@@ -172,7 +176,7 @@ static inline int enforcing(const void *ra)
 }
 
 /* Reserve on a known device. */
-static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_t bytes)
+LB_HOT int charge_dev(struct charge *c, const char *api, int dev, uint64_t bytes)
 {
     c->dev = dev;
     c->bytes = bytes;
@@ -194,7 +198,7 @@ static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_
 
 /* Reserve on the GPU of the current context; no context: pass through (the driver refuses); a
  * device that cannot be placed on a GPU: refused. */
-static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes, const void *ra)
+LB_HOT int charge_cur(struct charge *c, const char *api, uint64_t bytes, const void *ra)
 {
     int phys, ord;
     int e = enforcing(ra);
@@ -219,7 +223,7 @@ static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes, 
 /* The driver handed out a value the table still has: that entry's allocation is gone (freed with
  * its context behind our back, or a pool's given back at a reset), so its charge goes too —
  * otherwise the new allocation's free would find the stale entry first. */
-static inline void forget_stale(const struct table *t, uint64_t value)
+LB_HOT void forget_stale(const struct table *t, uint64_t value)
 {
     struct found f;
     if (__builtin_expect(untrack(t, value, &f), 0) && f.kind == E_DIRECT)
@@ -228,7 +232,7 @@ static inline void forget_stale(const struct table *t, uint64_t value)
 
 /* A reservation and a table place are held (charge_*, table_take): roll both back when the driver
  * failed, else track the new value in the place taken for it. */
-static inline CUresult charge_settle(const struct charge *c, const struct table *t, CUresult r, uint64_t value)
+LB_HOT CUresult charge_settle(const struct charge *c, const struct table *t, CUresult r, uint64_t value)
 {
     if (r != CUDA_SUCCESS) {
         lb_region_release(c->dev, c->bytes);
@@ -241,7 +245,7 @@ static inline CUresult charge_settle(const struct charge *c, const struct table 
 }
 
 /* charge_cur and a place in the table, before the driver is called. */
-static inline int charge_take(struct charge *c, const struct table *t, const char *api, uint64_t bytes,
+LB_HOT int charge_take(struct charge *c, const struct table *t, const char *api, uint64_t bytes,
                               const void *ra)
 {
     int st = charge_cur(c, api, bytes, ra);
@@ -253,7 +257,7 @@ static inline int charge_take(struct charge *c, const struct table *t, const cha
 }
 
 /* Frees: 1 if the value was ours to account (then the driver is called guarded). */
-static inline int uncharge_begin(struct charge *c, const struct table *t, uint64_t value, const void *ra)
+LB_HOT int uncharge_begin(struct charge *c, const struct table *t, uint64_t value, const void *ra)
 {
     struct found f;
     /* A free in a signal handler inside a hook is accounted like any other (the tables are
@@ -264,7 +268,7 @@ static inline int uncharge_begin(struct charge *c, const struct table *t, uint64
     return 1;
 }
 
-static inline CUresult uncharge_settle(const struct charge *c, const struct table *t, uint64_t value, CUresult r)
+LB_HOT CUresult uncharge_settle(const struct charge *c, const struct table *t, uint64_t value, CUresult r)
 {
     if (r != CUDA_SUCCESS) {
         if (table_take(t)) /* still allocated: followed again (no place: stays charged, over-counted) */

@@ -733,7 +733,11 @@ static void cmd_sigalloc(size_t bytes, int n)
     sigaction(SIGALRM, &sa, NULL);
     sig_bytes = bytes;
     int before = atomic_load(&sig_n), refused_before = atomic_load(&sig_refused);
-    setenv("FAKEGPU_ALLOC_DELAY_MS", "30", 1); /* fakegpu: each allocation stays 30 ms in the driver */
+    /* fakegpu: each allocation stays 30 ms in the driver (a real driver lacks the call: the signal
+     * then lands wherever it lands) */
+    void (*delay)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "fakegpuSetAllocDelayMs");
+    if (delay)
+        delay(30);
     for (int i = 0; i < n && atomic_load(&sig_n) < SIGMAX; i++) {
         struct itimerval it = {{0, 0}, {0, 10000}}; /* fires 10 ms into the slowed call */
         setitimer(ITIMER_REAL, &it, NULL);
@@ -744,7 +748,8 @@ static void cmd_sigalloc(size_t bytes, int n)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
-    unsetenv("FAKEGPU_ALLOC_DELAY_MS");
+    if (delay)
+        delay(0);
     reply("ok %d %d", atomic_load(&sig_n) - before, atomic_load(&sig_refused) - refused_before);
 }
 

@@ -4,6 +4,11 @@
  *
  *   fgtruth            one JSON object on stdout, from the environment fakegpu reads
  *                      (FAKEGPU_PROFILE, FAKEGPU_PROFILE_DIR, FAKEGPU_STATE_DIR)
+ *   fgtruth --csv      the lines `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory
+ *                      --format=csv,noheader,nounits` prints: "PID, GPU-UUID, MiB" for each process
+ *                      on each GPU it holds memory on (a MIG instance's under its GPU; a shared
+ *                      allocation counted once, to its first holder; MiB rounded up), so a script
+ *                      that judges a real GPU by nvidia-smi runs unchanged on the fake one
  *
  * The state is read under its lock, after the liveness scan every fakegpu call runs, so a process
  * that died is already gone from it. Output:
@@ -30,11 +35,43 @@ static void list(const uint64_t *v, unsigned n)
     putchar(']');
 }
 
+/* --csv: per process and GPU, what it holds (its allocations and contexts, the shared allocations
+ * it is the first holder of). */
+static void csv(const fg_state *st, const fg_profile *p)
+{
+    for (int i = 0; i < FG_MAX_SLOTS; i++) {
+        const fg_slot *s = &st->sh->slot[i];
+        if (!s->in_use)
+            continue;
+        for (unsigned d = 0; d < p->ndev; d++) {
+            const fg_device *dv = &p->dev[d];
+            uint64_t b = 0;
+            for (int m = dv->mig_enabled ? 0 : -1; m < (int)(dv->mig_enabled ? dv->nmig : 0); m++) {
+                unsigned u = m < 0 ? dv->unit : dv->mig[m].unit;
+                b += s->used[u] + s->ctx[u];
+                for (int j = 0; j < FG_MAX_SHARED; j++) {
+                    const fg_shared_alloc *a = &st->sh->share[j];
+                    if (!a->id || a->unit != u)
+                        continue;
+                    int firstholder = -1;
+                    for (int h = 0; h < FG_MAX_SLOTS && firstholder < 0; h++)
+                        if ((a->holders[h / 64] >> (h % 64)) & 1)
+                            firstholder = h;
+                    if (firstholder == i)
+                        b += a->bytes;
+                }
+            }
+            if (b)
+                printf("%d, %s, %llu\n", s->pid, dv->uuid, (unsigned long long)((b + FG_MIB - 1) / FG_MIB));
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
-    (void)argv;
-    if (argc != 1) {
-        fprintf(stderr, "usage: fgtruth (no arguments; the FAKEGPU_* environment selects the host)\n");
+    int as_csv = argc == 2 && strcmp(argv[1], "--csv") == 0;
+    if (argc != 1 && !as_csv) {
+        fprintf(stderr, "usage: fgtruth [--csv] (the FAKEGPU_* environment selects the host)\n");
         return 2;
     }
     fg_config cfg;
@@ -55,6 +92,12 @@ int main(int argc, char **argv)
         return 2;
     }
     const fg_profile *p = &cfg.prof;
+    if (as_csv) {
+        csv(&st, p);
+        fg_state_unlock(&st);
+        fg_state_detach(&st);
+        return 0;
+    }
     unsigned n = p->nunits;
     printf("{\"units\":[");
     int first = 1;

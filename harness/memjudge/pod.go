@@ -89,15 +89,11 @@ func newPod(cfg Config, dir string) (*pod, error) {
 	if err := os.WriteFile(p.limits, []byte(lim.String()), 0o644); err != nil {
 		return nil, fmt.Errorf("limits file: %w", err)
 	}
+	// A login session has no FAKEGPU_* variables: fakegpu uses its default directory there,
+	// /run/fakegpu, which the pod's namespaces see as this one (nsArgs): the host's own is
+	// never touched, and pods running at once never share a fake host.
 	p.stateDir = filepath.Join(dir, "gpu")
-	if cfg.Login {
-		// A login session has no FAKEGPU_* variables: fakegpu uses its default directory there.
-		p.stateDir = "/run/fakegpu"
-		if err := os.MkdirAll(p.stateDir, 0o1777); err != nil {
-			return nil, fmt.Errorf("fake host state directory: %w", err)
-		}
-	}
-	if err := os.MkdirAll(p.stateDir, 0o777); err != nil {
+	if err := os.MkdirAll(p.stateDir, 0o1777); err != nil {
 		return nil, fmt.Errorf("fake host state directory: %w", err)
 	}
 	p.nsTmp = filepath.Join(dir, "ns")
@@ -180,7 +176,8 @@ func (p *pod) start(ctx context.Context, idx int, s procSpec) (*proc, error) {
 // started processes that live on in its namespace, as in a container.
 func (p *pod) nsArgs(lib string) []string {
 	return []string{"--preload", lib, "--override-env", p.limits, "--file", "/etc/fakegpu/profile=" + p.profile,
-		"--bind", p.cfg.Paths.Lib, "--bind", p.cfg.Paths.Bin, "--bind", p.dir, "--bind", p.stateDir, "--no-unmount"}
+		"--bind", p.cfg.Paths.Lib, "--bind", p.cfg.Paths.Bin, "--bind", p.dir, "--bind", p.stateDir,
+		"--bind", "/run/fakegpu=" + p.stateDir, "--no-unmount"}
 }
 
 func (p *pod) execEnv(lib string) []string {

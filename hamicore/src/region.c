@@ -107,8 +107,10 @@ static void check_fd(void)
 {
     if (!g_fd_own)
         own_description(); /* a child that could not make its own at the fork: try again */
-    if (fd_ours() || g_fd < 0)
+    if (fd_ours())
         return;
+    /* Gone, or lost before (the descriptor table was full then): asked again each time, so a
+     * descriptor table that was full once does not leave the process without one for good. */
     g_fd = reopen(g_slot_idx < 0);
 }
 
@@ -231,8 +233,9 @@ struct lb_region_slot *lb_region_claim(void)
         s[i].pid = (int32_t)getpid();
         s[i].hostpid = host_pid();
         s[i].claimed_at = (uint64_t)ts.tv_sec;
+        /* What was charged while no slot could be held (below) is this slot's from now on. */
         for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
-            atomic_store(&s[i].used[d], 0);
+            atomic_store(&s[i].used[d], atomic_exchange(&g_overflow_slot.used[d], 0));
         atomic_store(&s[i].state, LB_SLOT_ACTIVE);
         uint32_t hwm = atomic_load(&lb_region->slot_hwm);
         while (hwm < (uint32_t)i + 1 && !atomic_compare_exchange_weak(&lb_region->slot_hwm, &hwm, (uint32_t)i + 1))
@@ -242,6 +245,19 @@ struct lb_region_slot *lb_region_claim(void)
         break;
     }
     mutex_unlock(rc);
+    if (!mine && g_fd < 0) {
+        /* No descriptor to hold a slot's lock through (the descriptor table full, say): charged
+         * to the process's own record, in the totals but in no slot, until a later call claims
+         * one and takes them along. Nobody may take the totals for unused meanwhile. */
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1))
+            LB_WARN("usage cache: no descriptor of %s could be opened to claim a process slot with (the "
+                    "descriptor table full?); charging without a slot until one can be had",
+                    g_path[0] ? g_path : "the private region");
+        atomic_fetch_or(&lb_region->flags, LB_FLAG_OVERFLOW_SEEN);
+        pthread_mutex_unlock(&g_claim_lock);
+        return &g_overflow_slot;
+    }
     if (!mine) {
         LB_ERROR("usage cache: all %d process slots are taken; this process's memory counts in the container "
                  "totals but is not reclaimed if it dies", LB_REGION_MAX_SLOTS);

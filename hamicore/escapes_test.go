@@ -394,3 +394,124 @@ func TestEscapeDescriptorLostWhileTableFull(t *testing.T) {
 		t.Fatalf("the pod holds %d MiB under a 3000 MiB limit", held[0]/mib)
 	}
 }
+
+// held checks the pod's record: no more than limit MiB on the first GPU beyond one context per
+// process.
+func (e *env) heldWithin(t *testing.T, environ []string, limitMiB uint64, what string) {
+	t.Helper()
+	if held := e.truth(environ); held[0] > limitMiB*mib {
+		t.Fatalf("%s: the pod holds %d MiB under a %d MiB limit", what, held[0]/mib, limitMiB)
+	}
+}
+
+// Memory another process imports is charged to it: legacy IPC handles (cuIpcOpenMemHandle) and
+// VMM allocations exported as a file descriptor (cuMemImportFromShareableHandle). The driver
+// keeps the memory while the importer holds it, after the exporter freed it. Before: the import
+// was not charged, the exporter's free took the 1200 MiB off the pod's counter while the importer
+// still held them, and 2000 MiB more were granted under 3000 MiB.
+func TestEscapeImportedMemory(t *testing.T) {
+	for _, how := range []string{"ipc", "vmm"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEnv(t)
+			a := e.memload(e.limited())
+			b := e.memload(e.limited())
+			a.must("init 0")
+			b.must("init 0")
+			if how == "ipc" {
+				a.must("alloc 1 mem %d", 1200*mib)
+				hex := strings.TrimPrefix(a.must("ipcget 1"), "ok ")
+				b.must("ipcopen 2 %s", hex)
+			} else {
+				a.must("alloc 1 vmmx %d", 1200*mib)
+				var pid, fd int
+				if _, err := fmt.Sscanf(a.must("vmmexport 1"), "ok %d %d", &pid, &fd); err != nil {
+					t.Fatal(err)
+				}
+				b.must("vmmimport 2 %d %d %d", pid, fd, 1200*mib)
+			}
+			a.must("free 1") // the importer still holds it
+			if r := b.do("alloc 3 mem %d", 2000*mib); r != oom {
+				t.Errorf("2000 MiB next to an imported 1200 MiB the exporter freed: %q, want refused", r)
+			}
+			e.heldWithin(t, e.limited(), 3000, how+" import")
+			b.must("free 2") // closed: given back
+			b.must("alloc 3 mem %d", 2000*mib)
+		})
+	}
+}
+
+// The legacy (CUDA < 3.2) entry points an old binary, or cuGetProcAddress at an old version,
+// reaches: cuMemAllocPitch, cuArrayCreate, cuArray3DCreate with 32-bit sizes (their pointers live
+// below 4 GiB, so 3 x 1100 MiB fit the driver). Before: not interposed, 3300 MiB granted under
+// 3000 MiB.
+func TestEscapeLegacyEntryPoints(t *testing.T) {
+	for _, kind := range []string{"pitch1", "array1", "array3d1"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.memload(e.limited())
+			m.must("init 0")
+			m.must("alloc 1 %s %d", kind, 1100*mib)
+			m.must("alloc 2 %s %d", kind, 1100*mib)
+			if r := m.do("alloc 3 %s %d", kind, 1100*mib); r != oom {
+				t.Errorf("a third 1100 MiB through the v1 entry point under 3000 MiB: %q, want refused", r)
+			}
+			e.heldWithin(t, e.limited(), 3000, kind)
+			m.must("free 1")
+			m.must("alloc 3 %s %d", kind, 1100*mib) // freed through the same table
+		})
+	}
+}
+
+// Device memory a program chooses without allocating it: cuCtxSetLimit's malloc heap and stack
+// (the stack of every thread the GPU can hold), and the globals of a module. Before: not charged,
+// so 2500 MiB of heap (or stack, or a module's __device__ array) plus 2000 MiB were granted under
+// 3000 MiB.
+func TestEscapeProgramChosenDeviceMemory(t *testing.T) {
+	for _, kind := range []string{"heap", "stack", "module"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			m := e.memload(e.limited())
+			m.must("init 0")
+			m.must("alloc 1 %s %d", kind, 2500*mib)
+			if r := m.do("alloc 2 mem %d", 2000*mib); r != oom {
+				t.Errorf("2000 MiB next to %d MiB of %s: %q, want refused", 2500, kind, r)
+			}
+			e.heldWithin(t, e.limited(), 3000, kind)
+		})
+	}
+}
+
+// A process gets one context per GPU within the documented allowance; every further live context
+// costs the driver another context's memory and is charged (LB_CTX_CHARGE, 1 GiB). Before:
+// contexts were free: with 2500 MiB allocated, three more contexts (300 MiB each on fakegpu) put
+// the pod at 3400 MiB beyond its one context under 3000 MiB.
+func TestEscapeExtraContexts(t *testing.T) {
+	e := newEnv(t)
+	m := e.memload(e.limited())
+	m.must("init 0")
+	m.must("alloc 1 mem %d", 2500*mib)
+	for i := 2; i <= 4; i++ {
+		if r := m.do("ctxcreate %d 0", i); r != oom {
+			t.Errorf("context %d next to 2500 MiB under 3000 MiB: %q, want refused", i, r)
+		}
+	}
+	e.heldWithin(t, e.limited(), 3000, "created contexts")
+	m.must("use 0")
+	m.must("free 1")
+	m.must("ctxcreate 5 0") // 1 GiB charged: fits now
+	m.must("free 5")
+}
+
+// Every fixed table of the library refuses when full, never passes memory through uncharged.
+// Graphs of more than 1024 nodes: before, a graph of 1030 allocation nodes was not charged at all
+// before its launch: 4000 MiB granted under 3000 MiB.
+func TestEscapeTablesFull(t *testing.T) {
+	e := newEnv(t)
+	m := e.memload(e.limited())
+	m.must("init 0")
+	if r := m.do("graph 1 1030 %d 0", 4000*mib); r != oom {
+		t.Errorf("a graph of 1030 allocation nodes, 4000 MiB under 3000 MiB: %q, want refused", r)
+	}
+	e.heldWithin(t, e.limited(), 3000, "graph of 1030 nodes")
+	m.must("graph 2 1030 %d 0", 2060*mib) // within the limit: granted
+}

@@ -35,7 +35,7 @@ const (
 	// process has on each GPU it holds a context on.
 	ContextMiB = 300
 	// ContextCharge is what libvgpu.so charges for every context beyond a process's first on a
-	// GPU (hamicore/src/context.c, LB_CTX_CHARGE).
+	// GPU (hamicore/src/ctxcount.h, LB_CTX_CHARGE).
 	ContextCharge = uint64(1) << 30
 	granule       = 2 * mib // fakegpu's allocation granularity
 )

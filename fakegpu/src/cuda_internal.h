@@ -200,8 +200,12 @@ void fg_alloc_delay(void);
 enum { FG_K_MEM, FG_K_MANAGED, FG_K_PITCH, FG_K_ASYNC, FG_K_ARRAY, FG_K_MIPMAP, FG_K_IPC };
 /* Frees the table entry at p if its kind is one of `kinds` (a bit mask of FG_K_*). */
 CUresult fg_mem_free(CUdeviceptr p, unsigned kinds);
-/* An allocation in the window below 4 GiB the legacy 32-bit entry points need. */
-CUresult fg_mem_alloc_low(CUdeviceptr *out, size_t size, int kind);
+/* A device allocation of the current context's device, of a kind freed by its own call; low: below
+ * 4 GiB (the legacy entry points' 32-bit pointers). cuda_mem.c. */
+CUresult fg_mem_alloc_kind(CUdeviceptr *out, size_t size, int kind, int low);
+/* Each device's window of fake addresses: no allocation is larger. */
+#define FG_VA_WINDOW (1ULL << 40)
+/* A CUDA array (cuda_array.c); low as above. */
 CUresult fg_array_alloc(CUarray *pHandle, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, int low);
 /* The allocation containing p: its base and the size it was asked for. */
 CUresult fg_mem_range(CUdeviceptr p, CUdeviceptr *base, uint64_t *size);

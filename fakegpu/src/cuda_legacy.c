@@ -14,7 +14,7 @@ static CUresult low_alloc(CUdeviceptr_v1 *dptr, uint64_t bytes, int kind) {
     if (!dptr || bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p;
-    if ((r = fg_mem_alloc_low(&p, bytes, kind)) == CUDA_SUCCESS)
+    if ((r = fg_mem_alloc_kind(&p, bytes, kind, 1)) == CUDA_SUCCESS)
         *dptr = (CUdeviceptr_v1)p;
     return r;
 }

@@ -23,6 +23,10 @@ void lb_region_init(const struct lb_config *cfg);
  * one, and the region mapped from an open file description of its own. */
 void lb_region_after_fork(void);
 struct lb_region_slot *lb_region_claim(void);
+/* region_stamp.c: a new region's header (fresh: the file reads as zeros already), and the ERROR
+ * for a process whose limits differ from the region's (the lower one applies: region.h). */
+void lb_region_stamp(struct lb_region_header *h, const struct lb_config *cfg, int fresh);
+void lb_region_compare(const struct lb_region_header *h, const struct lb_config *cfg, const char *path);
 /* Refused on the fast path: reclaim dead processes' memory and try once more (region.c). */
 int lb_region_reserve_retry(int dev, uint64_t bytes);
 

@@ -334,14 +334,42 @@ func (r *run) checkRefusal(t Truth, p *proc, u int, bytes uint64) string {
 			extra += (n - 1) * (ContextCharge - ContextMiB*mib)
 		}
 	}
-	charged := used - min(used, a+rd) + double + extra
+	pinned := r.pinned(u)
+	charged := used - min(used, a+rd) + double + extra + pinned
 	if lim := r.cfg.Limits[u]; charged+bytes <= lim {
 		return fmt.Sprintf("%s (pid %d): %d MiB refused on GPU %d although the pod holds %d MiB by the driver's record "+
-			"(%d MiB context allowance, %d MiB rounding, %d MiB imported twice, %d MiB of extra contexts): %d MiB of %d MiB\n%s",
-			p.name(), p.pid, bytes/mib, u, used/mib, a/mib, rd/mib, double/mib, extra/mib, (charged+bytes)/mib, lim/mib,
-			r.holdings(t, u))
+			"(%d MiB context allowance, %d MiB rounding, %d MiB imported twice, %d MiB of extra contexts, %d MiB of dead "+
+			"parents a child forked with a full descriptor table keeps alive): %d MiB of %d MiB\n%s",
+			p.name(), p.pid, bytes/mib, u, used/mib, a/mib, rd/mib, double/mib, extra/mib, pinned/mib, (charged+bytes)/mib,
+			lim/mib, r.holdings(t, u))
 	}
 	return ""
+}
+
+// pinned: what the library may still count for dead processes whose slot lock a live child
+// shares (forked while the parent's descriptor table was full: proc.pins), at most what the
+// parent was charged when it died.
+func (r *run) pinned(u int) uint64 {
+	var s uint64
+	seen := map[*proc]bool{}
+	for _, c := range r.procs {
+		p := c.pins
+		if !c.alive || p == nil || p.alive || seen[p] {
+			continue
+		}
+		seen[p] = true
+		for _, o := range p.objs {
+			if o.unit != u {
+				continue
+			}
+			if o.kind == "ctx" {
+				s += ContextCharge
+			} else {
+				s += o.bytes
+			}
+		}
+	}
+	return s
 }
 
 func (r *run) holdings(t Truth, u int) string {

@@ -269,6 +269,9 @@ func (r *run) exec(p *proc, verb string, a []string) (outcome, error) {
 		if err != nil {
 			return out, err
 		}
+		if verb == "fork" && p.full {
+			c.pins = p
+		}
 		r.procs[child], r.specs[child] = c, procSpec{how: verb, cvd: r.specs[p.idx].cvd, order: r.specs[p.idx].order}
 		r.stats.Procs++
 	case "kill":

@@ -17,18 +17,23 @@ import (
 
 // proc is one memload process of the pod and the judge's view of it.
 type proc struct {
-	idx     int    // the judge's name for it in a sequence ("p3")
-	pid     int    // as fakegpu and the library see it (same PID namespace)
-	how     string // exec, login, fork, spawn
-	w       io.Writer
-	lines   chan string
-	cmd     *exec.Cmd // started by the judge (exec, login)
-	conn    net.Conn  // connected back (fork, spawn)
-	alive   bool
-	units   map[int]int // CUDA ordinal -> accounting unit (known once used)
-	cur     int         // current ordinal, -1 before init
-	curCtx  int         // current context: -1 the primary context of cur, else a ctx object's id
-	full    bool        // its descriptor table is full (exhaust): the driver itself may refuse then
+	idx    int    // the judge's name for it in a sequence ("p3")
+	pid    int    // as fakegpu and the library see it (same PID namespace)
+	how    string // exec, login, fork, spawn
+	w      io.Writer
+	lines  chan string
+	cmd    *exec.Cmd // started by the judge (exec, login)
+	conn   net.Conn  // connected back (fork, spawn)
+	alive  bool
+	units  map[int]int // CUDA ordinal -> accounting unit (known once used)
+	cur    int         // current ordinal, -1 before init
+	curCtx int         // current context: -1 the primary context of cur, else a ctx object's id
+	full   bool        // its descriptor table is full (exhaust): the driver itself may refuse then
+	// pins: forked (without exec) while this parent's descriptor table was full, so the child
+	// could not map the region through a description of its own and shares the parent's, and
+	// with it the parent's slot lock, until it next touches the region: a dead parent's charges
+	// may stay counted while the child lives (docs/usage-cache.md, "Liveness": an over-count).
+	pins    *proc
 	objs    map[int]*object
 	nextObj int
 	log     *os.File

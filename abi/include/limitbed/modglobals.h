@@ -88,7 +88,8 @@ static inline uint64_t lb_mg_ptx_decl(const char *p, const char *end, int *ok)
                 uint64_t n = 1;
                 for (p++; p < end && *p != ';'; p++)
                     n += *p == ',';
-                count *= n;
+                if (__builtin_mul_overflow(count, n, &count))
+                    return *ok = 0, 0;
                 unsized = 0;
             }
             while (p < end && *p != ';')

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// A sequence is lines "pN verb args...": the verbs are memload's commands (memload.c) plus the
+// A sequence is lines "pN verb args...": the verbs are memload's commands (memload/) plus the
 // judge's own: start, share-ipc, share-vmm, kill, fork and spawn (which name the new process).
 
 // outcome is what the judge needs from one executed step.

@@ -36,12 +36,14 @@
  *   sigfree                 frees what the handlers got
  *   fork PATH               a child without exec, served over PATH; "ok PID"
  *   spawn PATH              a child that execs memload --connect PATH; "ok PID"
- *   closeall                closes every descriptor but 0, 1, 2 (close_range)
+ *   closeall [keepdriver]   closes every descriptor but 0, 1, 2 (close_range); keepdriver: and but a
+ *                           real driver's /dev/nvidia* (closing those ends the CUDA context itself)
  *   closecache PATH         opens PATH (the pod's usage.cache) and closes it again
  *   exhaust / unexhaust     fills the descriptor table (until EMFILE) / gives it back
  *   exit                    exits normally
  */
 #include <dlfcn.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -343,6 +345,41 @@ static void cmd_unexhaust(void)
     reply("ok");
 }
 
+/* Every descriptor above 2 closed, but (keep_driver) the driver's own device files. */
+static int close_all(int keep_driver)
+{
+    if (!keep_driver)
+        return (int)syscall(SYS_close_range, 3u, ~0u, 0);
+    int keep[256], nkeep = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) && nkeep < 256) {
+        char path[64], target[256];
+        int fd = atoi(e->d_name);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (fd > 2 && fd != dirfd(d) && n > 0 && (target[n] = 0, !strncmp(target, "/dev/nvidia", 11)))
+            keep[nkeep++] = fd;
+    }
+    closedir(d);
+    for (int i = 1; i < nkeep; i++) /* ascending */
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1], keep[j - 1] = t;
+        }
+    int from = 3;
+    for (int k = 0; k <= nkeep; k++) { /* the gaps between the kept ones */
+        int to = k < nkeep ? keep[k] - 1 : -1;
+        if ((k == nkeep || to >= from) && syscall(SYS_close_range, (unsigned)from, (unsigned)to, 0) != 0)
+            return -1;
+        if (k < nkeep)
+            from = keep[k] + 1;
+    }
+    return 0;
+}
+
 /* A reaper for children we forked: the judge watches them through their own connections. */
 static void on_child(int sig)
 {
@@ -428,7 +465,7 @@ int main(int argc, char **argv)
         else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))
             cmd_fork(a1, !strcmp(op, "spawn"));
         else if (!strcmp(op, "closeall"))
-            reply(syscall(SYS_close_range, 3u, ~0u, 0) == 0 ? "ok" : "err -1 close_range");
+            reply(close_all(!strcmp(a1, "keepdriver")) == 0 ? "ok" : "err -1 close_range");
         else if (!strcmp(op, "closecache")) {
             int fd = open(a1, O_RDONLY | O_CLOEXEC);
             if (fd >= 0)

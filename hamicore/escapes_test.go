@@ -515,3 +515,25 @@ func TestEscapeTablesFull(t *testing.T) {
 	e.heldWithin(t, e.limited(), 3000, "graph of 1030 nodes")
 	m.must("graph 2 1030 %d 0", 2060*mib) // within the limit: granted
 }
+
+// A child forked while its parent's descriptor table was full shares the parent's open file
+// description until it can open one of its own; a slot lock it took through that description
+// would read as no lock to the parent (a description never conflicts with itself), and the
+// parent's next refused allocation would reclaim the living child's slot. Found by the memory
+// judge (seed 2599). Before: the child's 1500 MiB were taken off the pod's counter and the
+// parent got 1000 MiB more, 3500 MiB under a 3000 MiB limit.
+func TestEscapeChildForkedWithFullTable(t *testing.T) {
+	e := newEnv(t)
+	a := e.memload(e.limited())
+	a.must("init 0")
+	a.must("alloc 1 mem %d", 1000*mib)
+	a.must("exhaust")
+	c := a.fork(t.TempDir()) // memload's child gives the parent's hoard back, then fills its own
+	c.must("init 0")
+	c.must("exhaust")
+	c.must("alloc 1 mem %d", 1500*mib)
+	if r := a.do("alloc 2 mem %d", 1000*mib); r != oom {
+		t.Errorf("1000 MiB next to the parent's 1000 and its living child's 1500 MiB: %q, want refused", r)
+	}
+	e.heldWithin(t, e.limited(), 3000, "a parent and a child forked with a full table")
+}

@@ -223,7 +223,12 @@ struct lb_region_slot *lb_region_claim(void)
         for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
             atomic_store(&lb_region->used_total[d], 0);
     }
-    for (int i = 0; i < LB_REGION_MAX_SLOTS; i++) {
+    /* A slot's lock is taken through a description of our own, or not at all: a forked child that
+     * could not open one yet (its table was full at the fork) shares its parent's, and a lock
+     * taken through it would read as no lock to the parent (a description never conflicts with
+     * itself): the parent would reclaim the child's slot while both live. */
+    int can_hold = g_fd >= 0 && g_fd_own;
+    for (int i = 0; can_hold && i < LB_REGION_MAX_SLOTS; i++) {
         if (atomic_load(&s[i].state) != LB_SLOT_FREE)
             continue;
         if (lock_byte(F_OFD_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
@@ -245,10 +250,10 @@ struct lb_region_slot *lb_region_claim(void)
         break;
     }
     mutex_unlock(rc);
-    if (!mine && g_fd < 0) {
-        /* No descriptor to hold a slot's lock through (the descriptor table full, say): charged
-         * to the process's own record, in the totals but in no slot, until a later call claims
-         * one and takes them along. Nobody may take the totals for unused meanwhile. */
+    if (!mine && !can_hold) {
+        /* No description of our own to hold a slot's lock through (the descriptor table full, say):
+         * charged to the process's own record, in the totals but in no slot, until a later call
+         * claims one and takes them along. Nobody may take the totals for unused meanwhile. */
         static _Atomic int logged;
         if (!atomic_exchange(&logged, 1))
             LB_WARN("usage cache: no descriptor of %s could be opened to claim a process slot with (the "

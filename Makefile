@@ -47,9 +47,11 @@ abi-check: ## compare our CUDA/NVML declarations with the real headers
 bench: ## benchmarks (results go to docs/benchmarks.md by hand, with the command)
 	@scripts/bench.sh
 
-# A real release in the matrix: CORE_OLD=libvgpu.so PLUGIN_OLD=nvidia-device-plugin PLUGIN_OLD_ARGS='...'
-matrix: ## the compatibility matrix (plugin × core × delivery × launch method; CORE_OLD=, PLUGIN_OLD=, PLUGIN_OLD_ARGS=)
-	@scripts/matrix.sh $(if $(CORE_OLD),--core-old='$(CORE_OLD)') $(if $(PLUGIN_OLD),--plugin-old='$(PLUGIN_OLD)') \
+# A real release in the matrix: CORE_OLD=libvgpu.so PLUGIN_OLD=nvidia-device-plugin PLUGIN_OLD_ARGS='...';
+# CORE_LINK=no-as-needed judges every core as if linked with -Wl,--no-as-needed.
+matrix: ## the compatibility matrix (plugin × core × delivery × launch method; CORE_OLD=, CORE_LINK=, PLUGIN_OLD=, PLUGIN_OLD_ARGS=)
+	@scripts/matrix.sh $(if $(CORE_OLD),--core-old='$(CORE_OLD)') $(if $(CORE_LINK),--core-link='$(CORE_LINK)') \
+		$(if $(PLUGIN_OLD),--plugin-old='$(PLUGIN_OLD)') \
 		$(if $(PLUGIN_OLD_ARGS),--plugin-old-args='$(PLUGIN_OLD_ARGS)')
 
 e2e: ## end-to-end tests in a kind cluster (real kubelet, the Helm chart, offline node image here)

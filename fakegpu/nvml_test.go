@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -92,10 +93,19 @@ func TestGoNVMLDiscovery(t *testing.T) {
 				must(t, "DeviceGetHandleByIndex", ret)
 				checkGPU(t, lib, d, i, want)
 			}
-			// Health checking must not kill the process, whatever it answers.
-			if _, ret := lib.EventSetCreate(); ret != nvml.ERROR_NOT_SUPPORTED {
-				t.Errorf("EventSetCreate = %v, want NOT_SUPPORTED", ret)
+			// Health checking: an event set exists (nvidia-smi needs one), no device raises events,
+			// and a wait times out after its timeout, as on a GPU that raised none.
+			set, ret := lib.EventSetCreate()
+			must(t, "EventSetCreate", ret)
+			d0, _ := lib.DeviceGetHandleByIndex(0)
+			if ret := d0.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.ERROR_NOT_SUPPORTED {
+				t.Errorf("RegisterEvents = %v, want NOT_SUPPORTED", ret)
 			}
+			start := time.Now()
+			if _, ret := set.Wait(20); ret != nvml.ERROR_TIMEOUT || time.Since(start) < 20*time.Millisecond {
+				t.Errorf("EventSet.Wait(20) = %v after %v, want TIMEOUT after 20 ms", ret, time.Since(start))
+			}
+			must(t, "EventSetFree", set.Free())
 		})
 	}
 }
@@ -163,6 +173,11 @@ func checkGPU(t *testing.T, lib nvml.Interface, d nvml.Device, index int, want w
 		parent, ret := m.GetDeviceHandleFromMigDeviceHandle()
 		if ret != nvml.SUCCESS || parent != d {
 			t.Errorf("GetDeviceHandleFromMigDeviceHandle = %v, %v", parent, ret)
+		}
+		// NVML: a MIG handle's index is the one GetMigDeviceHandleByIndex takes (nvidia-smi's
+		// "MIG Dev" column).
+		if idx, ret := m.GetIndex(); ret != nvml.SUCCESS || idx != i {
+			t.Errorf("MIG device %d: GetIndex = %d, %v; want %d", i, idx, ret, i)
 		}
 		var w wantMIG
 		var r [5]nvml.Return

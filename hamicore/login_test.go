@@ -16,6 +16,15 @@ import (
 // variables are needed.
 func (e *env) loginSession(lib, limits string, args ...string) (probeResult, string) {
 	e.t.Helper()
+	out, stderr := e.inLogin(lib, limits, []string{"--private-tmp"}, // v2.10's fallback /tmp/cudevshr.cache must be fresh, as in a new container
+		append([]string{filepath.Join(e.p.Bin, "hamicore-allocprobe")}, args...)...)
+	return parseProbe(e.t, out)[0], stderr
+}
+
+// inLogin runs cmd (absolute) with no environment in the private mount namespace loginSession
+// describes; extra are more privatens options. Its stdout and stderr.
+func (e *env) inLogin(lib, limits string, extra []string, cmd ...string) (string, string) {
+	e.t.Helper()
 	if os.Geteuid() != 0 {
 		e.t.Skip("skipped: needs root for unshare -m and mounts (the login-session tests build a private mount namespace)")
 	}
@@ -32,15 +41,14 @@ func (e *env) loginSession(lib, limits string, args ...string) (probeResult, str
 	if err := os.WriteFile(limitsFile, []byte(limits), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	argv := []string{
+	argv := append([]string{
 		"--preload", filepath.Join(e.p.Lib, lib),
 		"--override-env", limitsFile,
 		"--file", "/etc/fakegpu/profile=" + profile,
-		"--private-tmp", // v2.10's fallback /tmp/cudevshr.cache must be fresh, as in a new container
 		"--bind", e.p.Out, "--bind", filepath.Dir(e.pod),
-		"--", "env", "-i", filepath.Join(e.p.Bin, "hamicore-allocprobe"),
-	}
-	c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"), append(argv, args...)...)
+	}, extra...)
+	argv = append(append(argv, "--", "env", "-i"), cmd...)
+	c := exec.Command(filepath.Join(e.p.Root, "hamicore", "test", "privatens"), argv...)
 	c.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	var errb strings.Builder
 	c.Stderr = &errb
@@ -48,7 +56,7 @@ func (e *env) loginSession(lib, limits string, args ...string) (probeResult, str
 	if err != nil {
 		e.t.Fatalf("privatens: %v\nstdout: %s\nstderr: %s", err, out, errb.String())
 	}
-	return parseProbe(e.t, string(out))[0], errb.String()
+	return string(out), errb.String()
 }
 
 func (e *env) podLimits() string {

@@ -48,6 +48,22 @@ else
 	echo "install-deps: Debian packages already present"
 fi
 
+# Debian's nvidia-smi (non-free), extracted into the cache and never installed (scripts/nvidia-smi.sh
+# says why): the tests that run the real nvidia-smi on fakegpu and the workload image use it.
+policy=$(apt-cache policy nvidia-smi 2>/dev/null || true) # not piped into grep -q: pipefail would see SIGPIPE
+if ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
+	enable_nonfree || true
+	apt-get update -q
+fi
+if smi=$(scripts/nvidia-smi.sh); then
+	echo "install-deps: nvidia-smi: $smi"
+elif [ "${CI:-}" = true ]; then
+	echo "install-deps: Debian's nvidia-smi could not be had (above); CI needs it" >&2
+	exit 1
+else
+	echo "install-deps: Debian's nvidia-smi could not be had (above): the tests that run it will say they skipped" >&2
+fi
+
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH=/usr/local/go/bin:$PATH
 fi

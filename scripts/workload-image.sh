@@ -3,7 +3,10 @@
 #   1. debootstrap --variant=minbase bookworm with images/workload/packages.txt into a cache dir
 #      ${LIMITBED_CACHE:-/var/cache/limitbed}/rootfs-workload-<hash>, reused when present;
 #   2. docker import of that rootfs as limitbed/workload-rootfs:<hash>;
-#   3. docker build of images/workload/Dockerfile FROM it (adds the entrypoint).
+#   3. docker build of images/workload/Dockerfile FROM it (adds the entrypoint, and Debian's
+#      nvidia-smi binary at /usr/bin/nvidia-smi: extracted from the non-free package by
+#      scripts/nvidia-smi.sh, never installed; without it the image is built without nvidia-smi,
+#      saying so, except under CI=true, where that is an error).
 # The hash covers the package list, the rootfs setup script and the suite, so editing any of them
 # rebuilds the rootfs; the image label covers the Dockerfile and entrypoint too, so a warm run with
 # nothing changed only inspects the image (seconds). Concurrent runs are serialised by a lock file.
@@ -26,7 +29,14 @@ flock 9
 
 packages=$(grep -v '^[[:space:]]*\(#\|$\)' "$SRC/packages.txt" | sort -u | paste -sd, -)
 rootfs_hash=$( { echo "$SUITE"; echo "$packages"; cat "$SRC/rootfs-setup.sh"; } | sha256sum | cut -c1-16)
-image_hash=$( { echo "$rootfs_hash"; cat "$SRC/Dockerfile" "$SRC/entrypoint.sh"; } | sha256sum | cut -c1-16)
+smi=$(scripts/nvidia-smi.sh) || smi=""
+if [ -z "$smi" ]; then
+	[ "${CI:-}" != true ] || die "Debian's nvidia-smi could not be had (scripts/nvidia-smi.sh above); CI needs it in the image"
+	log "no nvidia-smi in the image: Debian's package could not be had (scripts/nvidia-smi.sh above); the checks that run it skip"
+fi
+smi_hash=none
+[ -z "$smi" ] || smi_hash=$(sha256sum "$smi" | cut -c1-16)
+image_hash=$( { echo "$rootfs_hash"; echo "nvidia-smi $smi_hash"; cat "$SRC/Dockerfile" "$SRC/entrypoint.sh"; } | sha256sum | cut -c1-16)
 rootfs=$CACHE/rootfs-workload-$rootfs_hash
 base=limitbed/workload-rootfs:$rootfs_hash
 
@@ -76,8 +86,16 @@ log "docker build $IMAGE FROM $base"
 # The legacy builder needs no buildx plugin and no registry; it is the only one Debian's docker.io has.
 buildkit=0
 docker buildx version >/dev/null 2>&1 && buildkit=1
+# The build context: the image's files, and root/ (copied onto /) with nvidia-smi when there is one.
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$SRC/Dockerfile" "$SRC/entrypoint.sh" "$ctx/"
+mkdir -p "$ctx/root"
+if [ -n "$smi" ]; then
+	install -D -m 0755 "$smi" "$ctx/root/usr/bin/nvidia-smi"
+fi
 if ! out=$(DOCKER_BUILDKIT=$buildkit docker build -q -t "$IMAGE" \
-	--build-arg BASE="$base" --build-arg WORKLOAD_HASH="$image_hash" "$SRC" 2>&1); then
+	--build-arg BASE="$base" --build-arg WORKLOAD_HASH="$image_hash" "$ctx" 2>&1); then
 	die "docker build failed: $out"
 fi
 

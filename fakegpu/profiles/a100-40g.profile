@@ -13,4 +13,5 @@ pci_device_id = 0x20B010DE
 architecture = ampere
 compute_capability = 8.0
 sm_count = 108
+bar1_mib = 65536
 mig_mode = disabled

@@ -14,6 +14,7 @@ pci_device_id = 0x20B010DE
 architecture = ampere
 compute_capability = 8.0
 sm_count = 108
+bar1_mib = 65536
 mig_mode = enabled
 
 mig = 0
@@ -39,3 +40,4 @@ mig_memory_mib = 9856
 mig_gpu_instance_id = 3
 mig_compute_instance_id = 0
 mig_sm_count = 28
+mig_decoders = 1

@@ -13,3 +13,4 @@ pci_device_id = 0x233010DE
 architecture = hopper
 compute_capability = 9.0
 sm_count = 132
+bar1_mib = 131072

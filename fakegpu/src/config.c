@@ -90,6 +90,12 @@ int fg_config_load(fg_config *c) {
                  (unsigned long long)c->power_boost);
         goto bad;
     }
+    const char *trace = getenv("FAKEGPU_NVML_TRACE");
+    if (trace && *trace && strcmp(trace, "0") && strcmp(trace, "1")) {
+        snprintf(err, sizeof err, "FAKEGPU_NVML_TRACE=\"%s\": want 1 (trace) or 0", trace);
+        goto bad;
+    }
+    c->trace_export = trace && !strcmp(trace, "1");
     c->identity = fg_profile_identity(p);
     char dir[400];
     state_dir(dir, sizeof dir);

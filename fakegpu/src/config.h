@@ -9,6 +9,7 @@
  *   FAKEGPU_NVML_SAMPLES exact (default) | periodic: per-process samples as an H200 gives them
  *   FAKEGPU_POWER_BOOST  percent: how much faster kernels run on a lightly loaded device than on a
  *                        fully loaded one (a power-capped GPU's clocks; default 100 = the same)
+ *   FAKEGPU_NVML_TRACE   1: one stderr line per call through nvidia-smi's internal export table
  * plus the fault variables of fault.h.
  */
 #ifndef FG_CONFIG_H
@@ -29,6 +30,7 @@ typedef struct fg_config {
     uint64_t util_window_ns;
     int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
+    int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     char state_path[600];
     uint64_t identity;
 } fg_config;

@@ -110,7 +110,7 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *ind
     HANDLE(device, d);
     if (!index)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *index = d->phys; /* a MIG handle reports its GPU's index */
+    *index = d->mig >= 0 ? (unsigned)d->mig : d->phys; /* a MIG handle: its index under its GPU, as NVML documents */
     return NVML_SUCCESS;
 }
 

@@ -39,9 +39,13 @@ static const key keys[] = {
     D("pci_device_id", T_UINT, pci_device_id, 0),  D("minor", T_UINT, minor, 0),
     D("architecture", T_ARCH, architecture, 1),    D("compute_capability", T_CC, cc_major, 1),
     D("sm_count", T_UINT, sm_count, 1),            D("mig_mode", T_ONOFF, mig_enabled, 0),
+    D("bar1_mib", T_U64, bar1_mib, 0),
     M("mig_profile", T_STR, profile, 1),           M("mig_uuid", T_MIG_UUID, uuid, 1),
     M("mig_memory_mib", T_U64, memory_mib, 1),     M("mig_gpu_instance_id", T_UINT, gpu_instance_id, 1),
     M("mig_compute_instance_id", T_UINT, compute_instance_id, 1), M("mig_sm_count", T_UINT, sm_count, 0),
+    M("mig_copy_engines", T_UINT, copy_engines, 0), M("mig_decoders", T_UINT, decoders, 0),
+    M("mig_encoders", T_UINT, encoders, 0),         M("mig_jpegs", T_UINT, jpegs, 0),
+    M("mig_ofas", T_UINT, ofas, 0),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -268,6 +272,8 @@ static int finish(parser *ps, fg_profile *p) {
             dv->minor = d;
         if (!dv->pci_bus_id[0])
             snprintf(dv->pci_bus_id, sizeof dv->pci_bus_id, "00000000:%02X:00.0", d + 1);
+        if (!(ps->dseen[d] & bit("bar1_mib")))
+            dv->bar1_mib = 256;
         if (dv->nmig && (ps->dseen[d] & bit("mig_mode")) && !dv->mig_enabled)
             return fail(ps, ps->dline[d], "device %u: has mig blocks but mig_mode = disabled", d);
         if (dv->nmig)
@@ -280,6 +286,12 @@ static int finish(parser *ps, fg_profile *p) {
             for (size_t i = 0; i < NKEYS; i++)
                 if (keys[i].scope == S_MIG && keys[i].required && !(ps->mseen[d][m] & (1ULL << i)))
                     return fail(ps, ps->mline[d][m], "device %u mig %u: missing required key \"%s\"", d, m, keys[i].name);
+            fg_mig *mg = &dv->mig[m];
+            char *g;
+            unsigned long slices = strtoul(mg->profile, &g, 10);
+            mg->slices = *g == 'g' && slices > 0 && slices <= 8 ? (unsigned)slices : 1; /* "1g.5gb" */
+            if (!(ps->mseen[d][m] & bit("mig_copy_engines")))
+                mg->copy_engines = mg->slices;
             sum += dv->mig[m].memory_mib;
             if (unit >= FG_MAX_UNITS)
                 return fail(ps, ps->mline[d][m], "too many GPUs and MIG instances (at most %d)", FG_MAX_UNITS);

@@ -29,6 +29,8 @@ typedef struct fg_mig {
     unsigned gpu_instance_id;
     unsigned compute_instance_id;
     unsigned sm_count;
+    unsigned copy_engines, decoders, encoders, jpegs, ofas; /* shared engines, as nvidia-smi lists them */
+    unsigned slices;      /* GPU instance slices: the <n> of "<n>g.…" (derived) */
     unsigned unit;        /* accounting unit in the shared state (derived) */
 } fg_mig;
 
@@ -42,6 +44,7 @@ typedef struct fg_device {
     unsigned architecture;       /* NVML_DEVICE_ARCH_* */
     unsigned cc_major, cc_minor;
     unsigned sm_count;
+    uint64_t bar1_mib;           /* BAR1 aperture (default 256) */
     unsigned mig_enabled;
     unsigned nmig;
     fg_mig mig[FG_MAX_MIG];

@@ -78,6 +78,7 @@ static void shipped(void) {
     CHECK(strcmp(p->nvml_version, "12.550.90.07") == 0); /* derived */
     CHECK(p->dev[0].cc_major == 8 && p->dev[0].cc_minor == 6 && p->dev[0].architecture == NVML_DEVICE_ARCH_AMPERE);
     CHECK(p->context_mib == 300 && p->dev[0].pci_device_id == 0x25B610DE);
+    CHECK(p->dev[0].bar1_mib == 256); /* default */
     unsigned char u[16];
     CHECK(fg_uuid_bytes(p->dev[0].uuid, u) == 0 && u[0] == 0x3c && u[15] == 0x50);
     uint64_t id = fg_profile_identity(p);
@@ -87,6 +88,9 @@ static void shipped(void) {
     CHECK(p->ndev == 1 && p->dev[0].mig_enabled && p->dev[0].nmig == 3 && p->nunits == 4);
     CHECK(p->dev[0].mig[0].unit == 1 && p->dev[0].mig[2].unit == 3);
     CHECK(strcmp(p->dev[0].mig[2].profile, "2g.10gb") == 0 && p->dev[0].mig[2].gpu_instance_id == 3);
+    /* nvidia-smi's MIG table: slices from the profile name, copy engines default to them */
+    CHECK(p->dev[0].bar1_mib == 65536 && p->dev[0].mig[0].slices == 1 && p->dev[0].mig[2].slices == 2);
+    CHECK(p->dev[0].mig[2].copy_engines == 2 && p->dev[0].mig[2].decoders == 1 && p->dev[0].mig[0].decoders == 0);
     CHECK(fg_profile_identity(p) != id);
     free(p);
 

@@ -182,9 +182,30 @@ static void test_dead_parent_leaves_no_liveness(void)
         kill(grandchild, SIGKILL);
 }
 
+/* The private region (a memfd: the cache path cannot be opened) is shared with forked children;
+ * a child maps it through a description of its own (reopened through /proc), so its slot dies
+ * with it and the parent gets the child's memory back. */
+static void test_private_region_child_slot(void)
+{
+    struct lb_config c = cfg("private.cache");
+    snprintf(c.cache_path, sizeof c.cache_path, "/nonexistent-dir/usage.cache");
+    lb_region_init(&c);
+    CHECK(lb_region != NULL && lb_region_reserve(0, 1000 * MIB));
+    fflush(NULL);
+    pid_t ch = fork();
+    if (ch == 0)
+        _exit(lb_region_reserve(0, 1500 * MIB) && !lb_region_reserve(0, 1000 * MIB) ? 0 : 1);
+    int st;
+    waitpid(ch, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!lb_region_reserve(0, 2000 * MIB))
+        unit_fail(__FILE__, __LINE__, "the dead child's 1500 MiB still count in the private region");
+}
+
 const struct unit_test unit_region_fds_tests[] = {
     {"region/the program's file on our descriptor's number is never asked nor touched", test_program_reuses_the_number},
     {"region/a process that closes its descriptors stays alive", test_closefrom_keeps_liveness},
     {"region/a dead parent's memory comes back while its child lives", test_dead_parent_leaves_no_liveness},
+    {"region/a forked child's slot in the private region is its own", test_private_region_child_slot},
     {NULL, NULL},
 };

@@ -21,7 +21,7 @@ type fakeContainer struct {
 	name  string
 	files map[string][]byte
 	env   map[string]string
-	tool  string            // what `command -v gpuinfo || command -v nvidia-smi` prints
+	tool  string            // what looking up gpuinfo and nvidia-smi prints (one path a line)
 	views map[string]string // command line → stdout of the GPU tool
 	noLs  bool
 }
@@ -51,9 +51,9 @@ func (f *fakeContainer) Exec(_ context.Context, cmd []string, _ sandbox.ExecOpti
 			b.WriteString(k + "=" + v + "\n")
 		}
 		return sandbox.ExecResult{Stdout: []byte(b.String())}, nil
-	case len(cmd) == 3 && cmd[0] == "sh" && strings.HasPrefix(cmd[2], "command -v gpuinfo"):
+	case len(cmd) == 3 && cmd[0] == "sh" && strings.Contains(cmd[2], "command -v"):
 		if f.tool == "" {
-			return sandbox.ExecResult{ExitCode: 1}, nil
+			return sandbox.ExecResult{}, nil
 		}
 		return sandbox.ExecResult{Stdout: []byte(f.tool + "\n")}, nil
 	case len(cmd) == 3 && cmd[0] == "sh" && cmd[1] == "-c":

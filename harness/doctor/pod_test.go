@@ -258,6 +258,36 @@ func TestGPUToolOutsidePATH(t *testing.T) {
 	}
 }
 
+// TestBothToolsChecked: a container with gpuinfo and nvidia-smi gets both checked; one that shows
+// the physical memory fails the view, named, even when the other shows the limit.
+func TestBothToolsChecked(t *testing.T) {
+	const smi = "/usr/bin/nvidia-smi"
+	smiCmd := smi + " --query-gpu=memory.total --format=csv,noheader,nounits"
+	for _, tc := range []struct {
+		smiOut  string
+		verdict Verdict
+		detail  string
+	}{
+		{"3000\n", OK, "3000 MiB (nvidia-smi)"},
+		{"16384\n", Fail, "16384 MiB on device 0 (nvidia-smi)"},
+	} {
+		w := healthy(hamiRegion(t))
+		w.workload.tool = gpuinfo + "\n" + smi
+		w.workload.views[smiCmd] = tc.smiOut
+		rep, err := w.doctor().Pod(context.Background(), "team", "train", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := rep.Check("exec-view")
+		if c.Verdict != tc.verdict || !strings.Contains(c.Detail, tc.detail) {
+			t.Errorf("nvidia-smi printing %q: exec-view = %+v, want %v with %q", tc.smiOut, c, tc.verdict, tc.detail)
+		}
+		if tc.verdict == OK && !strings.Contains(c.Detail, "(gpuinfo)") {
+			t.Errorf("exec-view %q does not say gpuinfo was checked too", c.Detail)
+		}
+	}
+}
+
 // TestConfiguredResourceName: the resource the chart advertises is the one the pod must ask for.
 func TestConfiguredResourceName(t *testing.T) {
 	w := healthy(hamiRegion(t))

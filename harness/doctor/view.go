@@ -5,86 +5,86 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"path"
 	"strings"
 
+	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 )
 
 // parseTotals reads the memory total of every GPU, in MiB, from `gpuinfo --json` (one JSON object
-// with devices[].memory_total_mib) or from `nvidia-smi --query-gpu=memory.total
-// --format=csv,noheader,nounits` (one number per line).
+// with devices[].memory_total_mib) or from nvidia-smi's memory.total query (harness/nvsmi).
 func parseTotals(out []byte) ([]uint64, error) {
 	s := strings.TrimSpace(string(out))
-	if strings.HasPrefix(s, "{") {
-		var v struct {
-			Devices []struct {
-				Total *uint64 `json:"memory_total_mib"`
-			} `json:"devices"`
-		}
-		if err := json.Unmarshal([]byte(s), &v); err != nil {
-			return nil, fmt.Errorf("gpuinfo --json output does not parse: %w", err)
-		}
-		out := make([]uint64, 0, len(v.Devices))
-		for i, d := range v.Devices {
-			if d.Total == nil {
-				return nil, fmt.Errorf("gpuinfo --json: device %d has no memory_total_mib", i)
-			}
-			out = append(out, *d.Total)
-		}
-		return out, nil
-	}
-	var totals []uint64
-	for _, line := range strings.Split(s, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(strings.TrimSuffix(line, "MiB")), " "), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("nvidia-smi memory.total line %q is not a number of MiB", line)
-		}
-		totals = append(totals, n)
-	}
-	if len(totals) == 0 {
+	if s == "" {
 		return nil, fmt.Errorf("the GPU tool printed no device")
+	}
+	if !strings.HasPrefix(s, "{") {
+		return nvsmi.ParseTotals(out)
+	}
+	var v struct {
+		Devices []struct {
+			Total *uint64 `json:"memory_total_mib"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, fmt.Errorf("gpuinfo --json output does not parse: %w", err)
+	}
+	totals := make([]uint64, 0, len(v.Devices))
+	for i, d := range v.Devices {
+		if d.Total == nil {
+			return nil, fmt.Errorf("gpuinfo --json: device %d has no memory_total_mib", i)
+		}
+		totals = append(totals, *d.Total)
 	}
 	return totals, nil
 }
 
-// gpuTool returns the command line that prints the GPUs' memory totals: tool when given, else
-// gpuinfo or nvidia-smi from the container's PATH.
-func gpuTool(ctx context.Context, c sandbox.Container, tool string) (string, error) {
-	p := tool
-	if p == "" {
-		res, err := c.Exec(ctx, []string{"sh", "-c", "command -v gpuinfo || command -v nvidia-smi"}, sandbox.ExecOptions{})
+// gpuTools returns the command lines that print the GPUs' memory totals: tool's when given, else
+// one for each of gpuinfo and nvidia-smi the container has in its PATH (both, when both are
+// there: what each shows is checked).
+func gpuTools(ctx context.Context, c sandbox.Container, tool string) ([]string, error) {
+	paths := []string{tool}
+	if tool == "" {
+		res, err := c.Exec(ctx, []string{"sh", "-c", "for t in gpuinfo nvidia-smi; do command -v $t; done; true"}, sandbox.ExecOptions{})
 		if err != nil {
-			return "", fmt.Errorf("exec in %s: %w", c, err)
+			return nil, fmt.Errorf("exec in %s: %w", c, err)
 		}
-		p = strings.TrimSpace(string(res.Stdout))
+		paths = strings.Fields(string(res.Stdout))
 	}
-	switch {
-	case strings.HasSuffix(p, "gpuinfo"):
-		return p + " --json", nil
-	case strings.HasSuffix(p, "nvidia-smi"):
-		return p + " --query-gpu=memory.total --format=csv,noheader,nounits", nil
+	var cmds []string
+	for _, p := range paths {
+		switch {
+		case strings.HasSuffix(p, "gpuinfo"):
+			cmds = append(cmds, p+" --json")
+		case strings.HasSuffix(p, "nvidia-smi"):
+			cmds = append(cmds, nvsmi.TotalsCommand(p))
+		case tool != "":
+			return nil, fmt.Errorf("--gpu-tool %q is neither gpuinfo nor nvidia-smi", tool)
+		}
 	}
-	if tool != "" {
-		return "", fmt.Errorf("--gpu-tool %q is neither gpuinfo nor nvidia-smi", tool)
+	if len(cmds) == 0 {
+		return nil, errNoTool
 	}
-	return "", errNoTool
+	return cmds, nil
 }
 
 var errNoTool = errors.New("neither gpuinfo nor nvidia-smi is in the container's PATH (or give --gpu-tool)")
 
-func (r *podRun) compareView(name, session string, out []byte, code int) Check {
+// toolName is the tool a command line runs, for the report.
+func toolName(cmd string) string {
+	bin, _, _ := strings.Cut(cmd, " ")
+	return path.Base(bin)
+}
+
+func (r *podRun) compareView(name, session, tool string, out []byte, code int) Check {
 	if code != 0 {
-		return fail(name, fmt.Sprintf("the GPU tool exited %d in the %s session: %s", code, session, strings.TrimSpace(string(out))), "", "")
+		return fail(name, fmt.Sprintf("%s exited %d in the %s session: %s", tool, code, session, strings.TrimSpace(string(out))), "", "")
 	}
 	totals, err := parseTotals(out)
 	if err != nil {
-		return fail(name, fmt.Sprintf("%s session: %v", session, err), "", "")
+		return fail(name, fmt.Sprintf("%s session: %s: %v", session, tool, err), "", "")
 	}
 	var seen []string
 	for i, dv := range r.devs {
@@ -104,55 +104,79 @@ func (r *podRun) compareView(name, session string, out []byte, code int) Check {
 					fix = "check limits-file and library above: an old library reads the file too late"
 				}
 			}
-			return fail(name, fmt.Sprintf("the %s session sees %d MiB on device %d, the limit is %d MiB", session, totals[i], i, dv.UsedMem), cause, fix)
+			return fail(name, fmt.Sprintf("the %s session sees %d MiB on device %d (%s), the limit is %d MiB", session, totals[i], i, tool, dv.UsedMem), cause, fix)
 		}
 	}
-	return pass(name, fmt.Sprintf("the %s session sees %s, the limit", session, strings.Join(seen, ", ")))
+	return pass(name, fmt.Sprintf("the %s session sees %s (%s), the limit", session, strings.Join(seen, ", "), tool))
 }
 
-// viewTool is the start both views share: the container is usable and has a tool that prints
+// compareViews runs every tool's command through run and checks each; the first failure wins.
+func (r *podRun) compareViews(name, session string, cmds []string, run func(cmd string) ([]byte, int, error)) Check {
+	var seen []string
+	for _, cmd := range cmds {
+		out, code, err := run(cmd)
+		if err != nil {
+			return fail(name, err.Error(), "", "")
+		}
+		c := r.compareView(name, session, toolName(cmd), out, code)
+		if c.Verdict != OK {
+			return c
+		}
+		seen = append(seen, c.Detail)
+	}
+	return pass(name, strings.Join(seen, "; "))
+}
+
+// viewTools is the start both views share: the container is usable and has a tool that prints
 // what a process sees; !ok with the check to report otherwise.
-func (r *podRun) viewTool(ctx context.Context, name string) (string, Check, bool) {
+func (r *podRun) viewTools(ctx context.Context, name string) ([]string, Check, bool) {
 	if c, skip := r.skipped(name); skip {
-		return "", c, false
+		return nil, c, false
 	}
 	if err := r.open(ctx); err != nil {
-		return "", fail(name, err.Error(), "", ""), false
+		return nil, fail(name, err.Error(), "", ""), false
 	}
-	cmd, err := gpuTool(ctx, r.c, r.d.GPUTool)
+	cmds, err := gpuTools(ctx, r.c, r.d.GPUTool)
 	if err != nil {
-		return "", warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see"), false
+		return nil, warn(name, err.Error(), "", "add gpuinfo or nvidia-smi to the image to compare what processes see"), false
 	}
-	return cmd, Check{}, true
+	return cmds, Check{}, true
 }
 
 // checkExecView: what a process started through the runtime (kubectl exec) sees.
 func (r *podRun) checkExecView(ctx context.Context) Check {
 	const name = "exec-view"
-	cmd, c, ok := r.viewTool(ctx, name)
+	cmds, c, ok := r.viewTools(ctx, name)
 	if !ok {
 		return c
 	}
-	res, err := r.c.Exec(ctx, []string{"sh", "-c", cmd}, sandbox.ExecOptions{})
-	if err != nil {
-		return fail(name, err.Error(), "", "")
-	}
-	return r.compareView(name, "exec", res.Stdout, res.ExitCode)
+	return r.compareViews(name, "exec", cmds, func(cmd string) ([]byte, int, error) {
+		res, err := r.c.Exec(ctx, []string{"sh", "-c", cmd}, sandbox.ExecOptions{})
+		return res.Stdout, res.ExitCode, err
+	})
 }
 
 // checkLoginView: what a process started from a login session (su -, as ssh gives) sees.
 func (r *podRun) checkLoginView(ctx context.Context) Check {
 	const name = "login-view"
-	cmd, c, ok := r.viewTool(ctx, name)
+	cmds, c, ok := r.viewTools(ctx, name)
 	if !ok {
 		return c
 	}
-	res, err := r.d.login()(ctx, r.c, cmd)
-	if errors.Is(err, sandbox.ErrUnsupported) {
-		return warn(name, "no login session: "+err.Error(), "", "install su (and a user "+sandbox.TenantUser+") in the image to check login sessions")
+	var noLogin *Check
+	check := r.compareViews(name, "login", cmds, func(cmd string) ([]byte, int, error) {
+		res, err := r.d.login()(ctx, r.c, cmd)
+		if errors.Is(err, sandbox.ErrUnsupported) {
+			w := warn(name, "no login session: "+err.Error(), "", "install su (and a user "+sandbox.TenantUser+") in the image to check login sessions")
+			noLogin = &w
+		} else if err != nil {
+			w := warn(name, "no login session: "+err.Error(), "", "")
+			noLogin = &w
+		}
+		return res.Stdout, res.ExitCode, err
+	})
+	if noLogin != nil {
+		return *noLogin
 	}
-	if err != nil {
-		return warn(name, "no login session: "+err.Error(), "", "")
-	}
-	return r.compareView(name, "login", res.Stdout, res.ExitCode)
+	return check
 }

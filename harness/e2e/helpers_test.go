@@ -21,6 +21,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
@@ -167,7 +168,12 @@ func gpuPodSpec(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB 
 	return pc
 }
 
-// probe runs cudaprobe --mib mib through method m and returns its report.
+// smiTag marks the real nvidia-smi's memory totals in a probe's output (the workload image carries
+// nvidia-smi where the build machine had Debian's package: scripts/workload-image.sh).
+const smiTag = "nvidia-smi-total"
+
+// probe runs cudaprobe --mib mib through method m and returns its report; in the same session,
+// where the image has nvidia-smi, its memory totals too (smiTotal).
 func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Result {
 	t.Helper()
 	m, err := launch.Lookup(method)
@@ -176,7 +182,8 @@ func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Res
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s --mib %d", cudaprobe, mib))
+	smi := fmt.Sprintf("if [ -x %s ]; then echo \"%s $(%s 2>/dev/null | tr '\\n' ' ')\"; fi", nvsmi.ContainerPath, smiTag, nvsmi.TotalsCommand(nvsmi.ContainerPath))
+	res, err := launch.Run(ctx, c, m, fmt.Sprintf("%s --mib %d; rc=$?; %s; exit $rc", cudaprobe, mib, smi))
 	if err != nil {
 		t.Fatalf("%s: %v", method, err)
 	}
@@ -185,6 +192,28 @@ func probe(t *testing.T, c sandbox.Container, method string, mib int) launch.Res
 			method, res.ExitCode, res.Stdout, res.Stderr, res.Launcher.Stdout, res.Launcher.Stderr)
 	}
 	return res
+}
+
+// smiTotal is the first GPU's memory total nvidia-smi printed in r's session; ok false when the
+// image has no nvidia-smi (a failure under CI=true, whose workload image has it).
+func smiTotal(t *testing.T, method string, r launch.Result) (int, bool) {
+	t.Helper()
+	for _, line := range strings.Split(string(r.Stdout), "\n") {
+		body, found := strings.CutPrefix(line, smiTag+" ")
+		if !found {
+			continue
+		}
+		totals, err := nvsmi.ParseTotals([]byte(body))
+		if err != nil {
+			t.Errorf("%s: nvidia-smi: %v", method, err)
+			return 0, false
+		}
+		return int(totals[0]), true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Errorf("%s: the workload image has no %s (CI builds it with Debian's package)", method, nvsmi.ContainerPath)
+	}
+	return 0, false
 }
 
 func num(r launch.Result, key string) float64 {
@@ -201,6 +230,9 @@ func wantRefused(t *testing.T, method string, r launch.Result, limitMiB int) {
 	}
 	if got := num(r, "total_mib"); int(got) != limitMiB {
 		t.Errorf("%s: device total %v MiB, want the %d MiB limit\nreport: %s", method, got, limitMiB, r.ProbeJSON)
+	}
+	if got, ok := smiTotal(t, method, r); ok && got != limitMiB {
+		t.Errorf("%s: the real nvidia-smi shows %d MiB, want the %d MiB limit", method, got, limitMiB)
 	}
 }
 

@@ -80,8 +80,12 @@ func TestDerive(t *testing.T) {
 // TestChecks: each check names itself when it disagrees, in both directions.
 func TestChecks(t *testing.T) {
 	t.Parallel()
-	capped := Observation{Refused: true, TotalMiB: LimitMiB, Joined: true, HolderPID: 7, RegionPIDs: []int{7}}
-	escaped := Observation{GrantedMiB: RequestMiB, TotalMiB: 16384, HolderPID: 7}
+	capped := Observation{Refused: true, TotalMiB: LimitMiB, SMITotalMiB: LimitMiB, Joined: true, HolderPID: 7, RegionPIDs: []int{7}}
+	escaped := Observation{GrantedMiB: RequestMiB, TotalMiB: 16384, SMITotalMiB: 16384, HolderPID: 7}
+	smiSeesCard, smiMissing, smiBroken := capped, capped, capped
+	smiSeesCard.SMITotalMiB = 16384
+	smiMissing.SMITotalMiB, smiMissing.SMIMissing = 0, true
+	smiBroken.SMITotalMiB, smiBroken.SMIErr = 0, "Mismatch in versions between nvidia-smi and NVML."
 	cases := []struct {
 		name     string
 		obs      Observation
@@ -90,13 +94,19 @@ func TestChecks(t *testing.T) {
 	}{
 		{"capped as expected", capped, true, nil},
 		{"escaped as expected", escaped, false, nil},
-		{"escaped, want capped", escaped, true, []string{"refused?", "total?", "joined?"}},
-		{"capped, want escaped", capped, false, []string{"refused?", "total?", "joined?"}},
-		{"only joined missing", Observation{Refused: true, TotalMiB: LimitMiB, HolderPID: 7}, true, []string{"joined?"}},
+		{"escaped, want capped", escaped, true, []string{"refused?", "total? gpuinfo", "total? nvidia-smi", "joined?"}},
+		{"capped, want escaped", capped, false, []string{"refused?", "total? gpuinfo", "total? nvidia-smi", "joined?"}},
+		{"only joined missing", Observation{Refused: true, TotalMiB: LimitMiB, SMITotalMiB: LimitMiB, HolderPID: 7}, true, []string{"joined?"}},
+		{"nvidia-smi sees the card where gpuinfo sees the limit", smiSeesCard, true, []string{"total? nvidia-smi shows 16384 MiB"}},
+		{"nvidia-smi refuses the library", smiBroken, true, []string{"total? nvidia-smi printed"}},
+		{"no nvidia-smi in the image", smiMissing, true, nil},
+	}
+	if got := checks(smiMissing, true, true); len(got) != 1 || !strings.Contains(got[0], "nvidia-smi is not in the workload image") {
+		t.Errorf("no nvidia-smi where it is required: checks = %q", got)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := checks(tc.obs, tc.enforced)
+			got := checks(tc.obs, tc.enforced, false)
 			if len(got) != len(tc.want) {
 				t.Fatalf("checks = %q, want %d naming %q", got, len(tc.want), tc.want)
 			}
@@ -115,6 +125,7 @@ func TestParseJob(t *testing.T) {
 	t.Parallel()
 	out := `probe {"requested_mib":4096,"granted_mib":0,"error":"CUDA_ERROR_OUT_OF_MEMORY","total_mib":3000,"pid":11}
 gpuinfo {"devices":[{"memory_total_mib":3000}]}
+smi 3000 
 holder {"requested_mib":16,"granted_mib":16,"error":null,"pid":12}
 region {"layout":{"name":"limitbed","major":2},"slots":[{"pid":5,"alive":true},{"pid":12,"alive":true}]} 
 `

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/harness/nvsmi"
 )
 
 // Limits of every matrix pod.
@@ -22,23 +23,35 @@ type Observation struct {
 	GrantedMiB int    `json:"granted_mib"` // what it got
 	Error      string `json:"error,omitempty"`
 	TotalMiB   int    `json:"total_mib"` // gpuinfo's memory total
-	Joined     bool   `json:"joined"`    // the holder's pid is a live slot of the pod's usage.cache
-	HolderPID  int    `json:"holder_pid"`
-	RegionPIDs []int  `json:"region_pids"` // pids of the region's live slots
-	RegionErr  string `json:"region_error,omitempty"`
+	// SMITotalMiB is the real nvidia-smi's memory total (harness/nvsmi); SMIMissing: the workload
+	// image has no nvidia-smi, so that check was not made; SMIErr: what it printed instead.
+	SMITotalMiB int    `json:"nvidia_smi_total_mib"`
+	SMIMissing  bool   `json:"nvidia_smi_missing,omitempty"`
+	SMIErr      string `json:"nvidia_smi_error,omitempty"`
+	Joined      bool   `json:"joined"` // the holder's pid is a live slot of the pod's usage.cache
+	HolderPID   int    `json:"holder_pid"`
+	RegionPIDs  []int  `json:"region_pids"` // pids of the region's live slots
+	RegionErr   string `json:"region_error,omitempty"`
 }
 
-// Enforced is the cell's verdict: all three checks say the limit applies.
-func (o Observation) Enforced() bool { return o.Refused && o.TotalMiB == LimitMiB && o.Joined }
+// Enforced is the cell's verdict: every check says the limit applies (nvidia-smi's where the image
+// has it).
+func (o Observation) Enforced() bool {
+	return o.Refused && o.TotalMiB == LimitMiB && o.Joined && (o.SMIMissing || o.SMIErr == "" && o.SMITotalMiB == LimitMiB)
+}
 
 // Escaped: none of the checks shows the limit.
-func (o Observation) Escaped() bool { return !o.Refused && o.TotalMiB != LimitMiB && !o.Joined }
+func (o Observation) Escaped() bool {
+	return !o.Refused && o.TotalMiB != LimitMiB && !o.Joined && (o.SMIMissing || o.SMIErr == "" && o.SMITotalMiB != LimitMiB)
+}
 
 // jobCommand is what every cell runs through its launch method: the refused-allocation probe, the
-// NVML view, then a small allocation held while regiondump reads the pod's region (a dead
-// process's slot may be reclaimed by the next one, so the holder must be alive). regiondump decodes
-// limitbed's layout and upstream HAMi-core's (plugin/region), so a real old core is judged too.
-// Tools are called by absolute path: cron's PATH lacks /usr/local/bin.
+// NVML view (gpuinfo's, and the real nvidia-smi's where the workload image has it: its standard
+// output only, a library's log lines on standard error must not garble it), then a small
+// allocation held while regiondump reads the pod's region (a dead process's slot may be reclaimed
+// by the next one, so the holder must be alive). regiondump decodes limitbed's layout and upstream
+// HAMi-core's (plugin/region), so a real old core is judged too. Tools are called by absolute path:
+// cron's PATH lacks /usr/local/bin.
 func jobCommand(cache string) string {
 	b := node.ToolDir
 	region := `echo "region-error no shared cache in the allocation"`
@@ -48,6 +61,7 @@ func jobCommand(cache string) string {
 	return fmt.Sprintf(`B=%s
 echo "probe $($B/cudaprobe --mib %d)"
 echo "gpuinfo $($B/gpuinfo --json)"
+if [ -x %s ]; then echo "smi $(%s 2>/dev/null | tr '\n' ' ')"; else echo smi-missing; fi
 H=$(mktemp)
 $B/cudaprobe --mib 16 --hold 60 > "$H" &
 hp=$!
@@ -58,7 +72,7 @@ echo "holder $(head -n1 "$H")"
 kill $hp 2>/dev/null
 wait $hp 2>/dev/null
 rm -f "$H"
-exit 0`, b, RequestMiB, region)
+exit 0`, b, RequestMiB, nvsmi.ContainerPath, nvsmi.TotalsCommand(nvsmi.ContainerPath), region)
 }
 
 type probeLine struct {
@@ -112,6 +126,15 @@ func parseJob(stdout []byte) (Observation, error) {
 				return o, fmt.Errorf("gpuinfo output %q: no device (%v)", body, err)
 			}
 			o.TotalMiB = g.Devices[0].Total
+		case "smi":
+			totals, err := nvsmi.ParseTotals([]byte(body))
+			if err != nil {
+				o.SMIErr = strings.TrimSpace(body)
+				continue
+			}
+			o.SMITotalMiB = int(totals[0])
+		case "smi-missing":
+			o.SMIMissing = true
 		case "holder":
 			var p probeLine
 			if err := json.Unmarshal([]byte(body), &p); err != nil {
@@ -136,6 +159,9 @@ func parseJob(stdout []byte) (Observation, error) {
 		case "region-error":
 			o.RegionErr = body
 		}
+	}
+	if !seen["smi"] && !seen["smi-missing"] {
+		return o, fmt.Errorf("no nvidia-smi line in the job's output:\n%s", stdout)
 	}
 	for _, tag := range []string{"probe", "gpuinfo", "holder"} {
 		if !seen[tag] {

@@ -37,6 +37,7 @@ func TestJoinedHAMiCoreRegion(t *testing.T) {
 			}
 			out := fmt.Sprintf(`probe {"requested_mib":4096,"granted_mib":0,"error":"CUDA_ERROR_OUT_OF_MEMORY","total_mib":3000,"pid":11}
 gpuinfo {"devices":[{"memory_total_mib":3000}]}
+smi 3000 
 holder {"requested_mib":16,"granted_mib":16,"error":null,"pid":%d}
 region %s
 `, tc.holder, strings.ReplaceAll(string(dump), "\n", " "))

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/limitbed/limitbed/harness/matrix/node"
 )
 
 func progressLine(res Result) string {
@@ -37,6 +39,17 @@ func sortResults(rs []Result, combos []Combo, methods []string) {
 	})
 }
 
+// smiMissing counts the cells that ran without nvidia-smi.
+func smiMissing(rep Report) int {
+	n := 0
+	for _, r := range rep.Results {
+		if r.Observed.SMIMissing {
+			n++
+		}
+	}
+	return n
+}
+
 // Markdown renders the report: one row per launch method, one column per combination; a cell reads
 // "capped" or "escapes", bold with ✗ where it differs from the design, "—" where the backend cannot
 // run the method. Mismatches are listed below with the failing checks.
@@ -47,11 +60,19 @@ func Markdown(rep Report) string {
 	if rep.CoreOld != "" {
 		fmt.Fprintf(&b, "; old core: %s", rep.CoreOld)
 	}
+	if rep.CoreLink == node.LinkNoAsNeeded {
+		fmt.Fprintf(&b, "; every core as if linked -Wl,--no-as-needed (%s preloaded after it)", node.DriverDouble)
+	}
 	if rep.PluginOld != "" {
 		fmt.Fprintf(&b, "; old plugin: `%s`", rep.PluginOld)
 	}
+	if n := smiMissing(rep); n > 0 {
+		fmt.Fprintf(&b, "; nvidia-smi's check skipped in %d cells: not in the workload image (scripts/nvidia-smi.sh gets Debian's)", n)
+	} else {
+		b.WriteString("; nvidia-smi checked in every cell")
+	}
 	b.WriteString("\n\nColumns: plugin / core / limitDelivery. A cell is capped when a 4096 MiB allocation under a " +
-		"3000 MiB limit is refused, gpuinfo shows 3000 MiB and the process is in the pod's usage.cache.\n\n")
+		"3000 MiB limit is refused, gpuinfo and the real nvidia-smi show 3000 MiB and the process is in the pod's usage.cache.\n\n")
 	cell := func(method string, c Combo) string {
 		for _, r := range rep.Results {
 			if r.Combo != c || r.Method != method {

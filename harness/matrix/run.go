@@ -26,6 +26,12 @@ type Runner struct {
 	Expected   Expected
 	// CoreOld replaces the hami-v2.10 core column with this libvgpu.so (a real old release).
 	CoreOld string
+	// CoreLink: node.LinkNoAsNeeded judges every core as if linked with -Wl,--no-as-needed (the
+	// driver double preloaded after it); "" or node.LinkAsNeeded: as built.
+	CoreLink string
+	// RequireNvidiaSMI fails a cell whose workload image has no nvidia-smi (CI=true: CI installs
+	// it); otherwise that check is skipped and the report says so.
+	RequireNvidiaSMI bool
 	// PluginOld replaces the in-process hami-v2.10 plugin profile with this plugin binary (a real old
 	// release), run against the fake kubelet and a fake API server (node.ExternalPlugin).
 	PluginOld *node.ExternalPlugin
@@ -59,6 +65,7 @@ type Result struct {
 type Report struct {
 	Backend   string        `json:"backend"`
 	CoreOld   string        `json:"core_old,omitempty"`
+	CoreLink  string        `json:"core_link,omitempty"`  // no-as-needed: the driver double preloaded after every core
 	PluginOld string        `json:"plugin_old,omitempty"` // the old plugin binary and its arguments
 	Started   time.Time     `json:"started"`
 	Elapsed   time.Duration `json:"elapsed_ns"`
@@ -92,7 +99,10 @@ func (r *Runner) Run(ctx context.Context) (Report, error) {
 	if par <= 0 {
 		par = len(combos)
 	}
-	rep := Report{Backend: r.Backend.Name(), CoreOld: r.CoreOld, Started: time.Now(), Combos: combos}
+	if err := node.CheckLink(r.CoreLink); err != nil {
+		return Report{}, fmt.Errorf("matrix: %w", err)
+	}
+	rep := Report{Backend: r.Backend.Name(), CoreOld: r.CoreOld, CoreLink: r.CoreLink, Started: time.Now(), Combos: combos}
 	if r.PluginOld != nil {
 		rep.PluginOld = r.PluginOld.String()
 	}
@@ -161,7 +171,8 @@ func (r *Runner) runCombo(ctx context.Context, idx int, c Combo, methods []launc
 	}
 	cfg := node.Config{
 		Dir: dir, Artifacts: r.Artifacts, GPUProfile: r.GPUProfile,
-		Plugin: allocate.Profile(c.Plugin), Delivery: v1.LimitDelivery(c.Delivery), Core: core, Logger: log,
+		Plugin: allocate.Profile(c.Plugin), Delivery: v1.LimitDelivery(c.Delivery), Core: core, CoreLink: r.CoreLink,
+		Logger: log,
 	}
 	if c.Plugin == "hami-v2.10" && r.PluginOld != nil {
 		cfg.External = r.PluginOld
@@ -244,13 +255,14 @@ func (r *Runner) runCell(ctx context.Context, ctr sandbox.Container, c Combo, m 
 		return res
 	}
 	res.Enforced = obs.Enforced()
-	res.Why = checks(obs, res.Expected)
+	res.Why = checks(obs, res.Expected, r.RequireNvidiaSMI)
 	res.Match = len(res.Why) == 0
 	return res
 }
 
-// checks returns the checks that disagree with the expectation.
-func checks(o Observation, enforced bool) []string {
+// checks returns the checks that disagree with the expectation. requireSMI: a cell whose image
+// has no nvidia-smi fails instead of skipping that check.
+func checks(o Observation, enforced, requireSMI bool) []string {
 	var why []string
 	if o.Refused != enforced {
 		if enforced {
@@ -264,6 +276,19 @@ func checks(o Observation, enforced bool) []string {
 			why = append(why, fmt.Sprintf("total? gpuinfo shows %d MiB, want %d", o.TotalMiB, LimitMiB))
 		} else {
 			why = append(why, fmt.Sprintf("total? gpuinfo shows the limit (%d MiB), want the card's memory", o.TotalMiB))
+		}
+	}
+	switch {
+	case o.SMIMissing && requireSMI:
+		why = append(why, "total? nvidia-smi is not in the workload image, and CI=true needs its check (scripts/nvidia-smi.sh)")
+	case o.SMIMissing:
+	case o.SMIErr != "":
+		why = append(why, fmt.Sprintf("total? nvidia-smi printed %q, not a memory total", o.SMIErr))
+	case (o.SMITotalMiB == LimitMiB) != enforced:
+		if enforced {
+			why = append(why, fmt.Sprintf("total? nvidia-smi shows %d MiB, want %d", o.SMITotalMiB, LimitMiB))
+		} else {
+			why = append(why, fmt.Sprintf("total? nvidia-smi shows the limit (%d MiB), want the card's memory", o.SMITotalMiB))
 		}
 	}
 	if o.Joined != enforced {

@@ -75,18 +75,24 @@ func fmtEnv(env []string) string {
 	return env[0]
 }
 
-// TestHealthPollsFakegpu: fakegpu's NVML has no events, so the watcher
-// polls; the GPU FAKEGPU_LOST_DEVICE names is reported, once, and the other
-// never.
+// TestHealthPollsFakegpu: fakegpu's NVML has an event set (nvidia-smi needs
+// one) but no device raises events, so the watcher polls between waits that
+// time out; the GPU FAKEGPU_LOST_DEVICE names is reported, once, and the
+// other never.
 func TestHealthPollsFakegpu(t *testing.T) {
 	lib, _ := fakenvml.Setup(t, "2x-a16-16q", "FAKEGPU_LOST_DEVICE=1")
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		t.Fatalf("init: %v", nvml.ErrorString(ret))
 	}
-	_, ret := lib.EventSetCreate()
-	if ret != nvml.ERROR_NOT_SUPPORTED {
-		t.Fatalf("fakegpu EventSetCreate = %v, want NOT_SUPPORTED (the case this test covers)", nvml.ErrorString(ret))
+	set, ret := lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		t.Fatalf("fakegpu EventSetCreate = %v, want SUCCESS", nvml.ErrorString(ret))
 	}
+	d, _ := lib.DeviceGetHandleByIndex(0)
+	if ret := d.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Fatalf("fakegpu RegisterEvents = %v, want NOT_SUPPORTED (the case this test covers)", nvml.ErrorString(ret))
+	}
+	set.Free()
 	defer lib.Shutdown()
 
 	ctx, cancel := context.WithCancel(context.Background())

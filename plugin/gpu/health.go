@@ -28,8 +28,8 @@ const eventWaitMillis = 1000
 //     GPU unhealthy, every time it is raised. This is how a real driver is
 //     watched.
 //   - Polling: a GPU whose events cannot be watched (nvmlEventSetCreate or
-//     nvmlDeviceRegisterEvents answers NVML_ERROR_NOT_SUPPORTED, as fakegpu's
-//     does) is queried every PollInterval with
+//     nvmlDeviceRegisterEvents answers NVML_ERROR_NOT_SUPPORTED; fakegpu's
+//     nvmlDeviceRegisterEvents does) is queried every PollInterval with
 //     nvmlDeviceGetMemoryInfo, a cheap query that must talk to the GPU; the
 //     answer NVML_ERROR_GPU_IS_LOST makes it unhealthy, reported once. Every
 //     GPU is polled once when the watch starts, so a GPU lost before the

@@ -7,9 +7,10 @@
  *     those numbers and goes on using CUDA, still counts for its neighbour (its liveness did not
  *     end with the descriptor), still sees its neighbour (it did not ask one of its own files
  *     who lives), and its files are neither closed nor locked.
- * The descriptors of a real driver's device files (/dev/nvidia*) are left open: closing them
- * would end CUDA on a real GPU whatever the library does. The neighbour is forked before the
- * parent's cuInit, so that a real driver lets it use the device.
+ * Only descriptors of regular files are closed (the libraries' state files and usage cache are
+ * regular files, a memfd too): a real driver's device files, pipes and event descriptors are left
+ * open, closing them would end CUDA on a real GPU whatever the library does. The neighbour is
+ * forked before the parent's cuInit, so that a real driver lets it use the device.
  * native and limited: both hold. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -93,21 +94,17 @@ static unsigned long long ask(int cmd, int report)
     return f;
 }
 
-/* Every descriptor above 2 and below KEEP, except a real driver's device files. */
+/* Every descriptor of a regular file above 2 and below KEEP. */
 static void close_most(void)
 {
     int fds[KEEP], n = 0;
     DIR *d = opendir("/proc/self/fd");
     for (struct dirent *e; d && (e = readdir(d));) {
         int fd = atoi(e->d_name);
-        char link[300], target[256];
-        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
-        ssize_t len = readlink(link, target, sizeof target - 1);
-        if (len <= 0 || fd <= 2 || fd >= KEEP || fd == dirfd(d))
+        struct stat sb;
+        if (fd <= 2 || fd >= KEEP || fd == dirfd(d) || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
             continue;
-        target[len] = 0;
-        if (strncmp(target, "/dev/nvidia", 11) != 0)
-            fds[n++] = fd;
+        fds[n++] = fd;
     }
     if (d)
         closedir(d);

@@ -28,6 +28,9 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 		"(run as root in a mount namespace laid out as its DaemonSet's, against a fake kubelet and a fake API server; see docs/matrix.md)")
 	pluginOldArgs := fs.String("plugin-old-args", "", "arguments of the --plugin-old binary, split at white space; "+
 		"placeholders such as {kubeconfig}, {socketdir}, {node}, {hookpath} are expanded (docs/matrix.md lists them)")
+	coreLink := fs.String("core-link", node.LinkAsNeeded, "as-needed: every core as built; no-as-needed: every core as if linked "+
+		"with -Wl,--no-as-needed (the driver double "+node.DriverDouble+" preloaded after it: every process loads libcuda.so.1 "+
+		"and libnvidia-ml.so.1 at start)")
 	methods := fs.String("methods", "", "comma-separated launch methods (default: all)")
 	parallel := fs.Int("parallel", 0, "containers at once (default: all 8)")
 	if err := fs.Parse(args); err != nil {
@@ -35,6 +38,9 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if err := node.CheckLink(*coreLink); err != nil {
+		return &exitError{2, fmt.Errorf("--core-link: %w", err)}
 	}
 	old, err := externalPlugin(*pluginOld, *pluginOldArgs)
 	if err != nil {
@@ -75,13 +81,17 @@ func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stderr, "matrix: backend %s, %d combinations × %d launch methods (cron waits for the next minute)\n",
 		b.Name(), len(matrix.Combos()), len(ms))
+	if *coreLink == node.LinkNoAsNeeded {
+		fmt.Fprintf(env.stderr, "matrix: every core as if linked with -Wl,--no-as-needed (%s preloaded after it)\n", node.DriverDouble)
+	}
 	if old != nil {
 		fmt.Fprintf(env.stderr, "matrix: hami-v2.10 plugin column: %s (its output is quoted in the cells when it fails to start)\n", old)
 	}
 	r := &matrix.Runner{
 		Backend: b, Artifacts: node.Artifacts{Lib: filepath.Join(*build, "lib"), Bin: filepath.Join(*build, "bin")},
-		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, PluginOld: old, Methods: ms, Parallel: *parallel,
-		Logger: env.logger, Progress: env.stderr,
+		GPUProfile: *profile, Expected: exp, CoreOld: *coreOld, CoreLink: *coreLink, PluginOld: old, Methods: ms, Parallel: *parallel,
+		RequireNvidiaSMI: os.Getenv("CI") == "true",
+		Logger:           env.logger, Progress: env.stderr,
 	}
 	rep, err := r.Run(ctx)
 	if err != nil {

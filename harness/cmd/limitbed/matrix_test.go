@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestMatrixPluginOldFlags: bad --plugin-old / --plugin-old-args are usage errors (exit 2) naming
+// TestMatrixPluginOldFlags: bad --plugin-old / --plugin-old-args / --core-link are usage errors (exit 2) naming
 // the problem, caught before any backend or build is touched.
 func TestMatrixPluginOldFlags(t *testing.T) {
 	dir := t.TempDir()
@@ -29,6 +29,7 @@ func TestMatrixPluginOldFlags(t *testing.T) {
 		{"not executable", []string{"--plugin-old=" + notExec}, "not an executable file"},
 		{"args without binary", []string{"--plugin-old-args=--x"}, "--plugin-old-args needs --plugin-old"},
 		{"host backend", []string{"--backend=host"}, "host backend is not offered"},
+		{"unknown core link", []string{"--core-link=static"}, `core link "static": want as-needed or no-as-needed`},
 		{"unknown placeholder", []string{"--plugin-old=" + exe, "--plugin-old-args=--kubeconfig={kubeconfig} --n={nodename}"},
 			"unknown placeholder {nodename}"},
 	} {

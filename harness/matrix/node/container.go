@@ -31,6 +31,10 @@ func (n *Node) ContainerSpec(p *Pod, name string) sandbox.ContainerSpec {
 	if !p.HasMount(path.Join(allocate.ContainerFakeLibDir, allocate.FakeDriverLibs[0])) {
 		n.addDriver(&base)
 	}
+	if n.cfg.CoreLink == LinkNoAsNeeded {
+		base.Mounts = append(base.Mounts, sandbox.Mount{
+			HostPath: filepath.Join(n.cfg.Artifacts.Lib, DriverDouble), ContainerPath: DriverDoublePath, ReadOnly: true})
+	}
 	return sandbox.FromAllocateResponse(base, p.Resp)
 }
 

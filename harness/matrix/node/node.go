@@ -53,6 +53,29 @@ type Artifacts struct {
 	Bin string // cudaprobe, gpuinfo, regiondump
 }
 
+// CoreLink says how the node's core behaves at load time: LinkAsNeeded (as built), or
+// LinkNoAsNeeded, as if it had been linked with -Wl,--no-as-needed: the test double
+// libneeds-driver.so (built next to the core: it needs libcuda.so.1 and libnvidia-ml.so.1 and
+// nothing else) is preloaded right after it, so every process of the container loads the driver's
+// libraries at start, as with HAMi-core built by a toolchain without Debian's --as-needed default.
+const (
+	LinkAsNeeded   = "as-needed"
+	LinkNoAsNeeded = "no-as-needed"
+	// DriverDouble is the test double's file name in Artifacts.Lib, and DriverDoublePath where
+	// containers see it.
+	DriverDouble     = "libneeds-driver.so"
+	DriverDoublePath = "/opt/limitbed/" + DriverDouble
+)
+
+// CheckLink accepts "" (as-needed), LinkAsNeeded and LinkNoAsNeeded.
+func CheckLink(link string) error {
+	switch link {
+	case "", LinkAsNeeded, LinkNoAsNeeded:
+		return nil
+	}
+	return fmt.Errorf("core link %q: want %s or %s", link, LinkAsNeeded, LinkNoAsNeeded)
+}
+
 // Core names the libvgpu.so installed on the node: "current", "hami-v2.10" or a file path (a real
 // old release).
 func (a Artifacts) Core(core string) string {
@@ -81,6 +104,8 @@ type Config struct {
 	AllowPodEnv bool
 	// Core is what goes to HOOK_PATH/vgpu/libvgpu.so (see Artifacts.Core).
 	Core string
+	// CoreLink: "" or LinkAsNeeded, or LinkNoAsNeeded (the driver double preloaded after the core).
+	CoreLink string
 	// MIG runs the node in MIG mode.
 	MIG bool
 	// External, when set, runs this plugin binary (against the fake kubelet and a fake API server,
@@ -121,6 +146,9 @@ type Node struct {
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Dir == "" || cfg.Logger == nil {
 		return nil, errors.New("node: Dir and Logger are required")
+	}
+	if err := CheckLink(cfg.CoreLink); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	if cfg.SplitCount == 0 {
 		cfg.SplitCount = 10
@@ -175,6 +203,13 @@ func (n *Node) installHook() error {
 		return fmt.Errorf("node: install libvgpu.so: %w", err)
 	}
 	preload := allocate.ContainerLibPath + "\n"
+	if n.cfg.CoreLink == LinkNoAsNeeded {
+		double := filepath.Join(n.cfg.Artifacts.Lib, DriverDouble)
+		if _, err := os.Stat(double); err != nil {
+			return fmt.Errorf("node: core link %s needs the driver double (make c builds it): %w", LinkNoAsNeeded, err)
+		}
+		preload += DriverDoublePath + "\n"
+	}
 	if err := replaceFile(filepath.Join(vgpu, "ld.so.preload"), []byte(preload), 0o644); err != nil {
 		return fmt.Errorf("node: write ld.so.preload: %w", err)
 	}

@@ -108,12 +108,12 @@ LB_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uintptr_t ctx = lb_cur_ctx();
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     lb_guard_enter();
     struct ctxlim *c = entry(ctx, dev, ord);
     lb_guard_leave();
     if (!c) {
-        pthread_mutex_unlock(&g_mu);
+        lb_unlock(&g_mu);
         LB_WARN("cuCtxSetLimit: refused: more than %d contexts with raised limits, or the driver's limits cannot be "
                 "read",
                 MAX_CTX);
@@ -124,7 +124,7 @@ LB_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     uint64_t after = extra(c);
     if (after > before && !lb_region_reserve(dev, after - before)) {
         c->now[limit] = old;
-        pthread_mutex_unlock(&g_mu);
+        lb_unlock(&g_mu);
         LB_WARN("cuCtxSetLimit: device %d: %llu more bytes refused: the container uses %llu of its %llu-byte limit", dev,
                 (unsigned long long)(after - before), (unsigned long long)lb_region_usage(dev),
                 (unsigned long long)lb_region_limit(dev));
@@ -144,18 +144,18 @@ LB_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     } else if (after < before) {
         lb_region_release(dev, before - after);
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return r;
 }
 
 void lb_ctxlimit_gone(uintptr_t ctx)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < MAX_CTX; i++)
         if (g_cl[i].ctx == ctx) {
             if (g_cl[i].charged)
                 lb_region_release(g_cl[i].dev, g_cl[i].charged);
             memset(&g_cl[i], 0, sizeof g_cl[i]);
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }

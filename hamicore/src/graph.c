@@ -188,11 +188,11 @@ static int remember_nodes(CUgraphExec x, const CUgraphNode *buf, size_t n, __typ
     e.phys = e.dev >= 0 ? lb_phys_index(e.dev) : -1;
     if (e.phys >= LB_REGION_MAX_DEVICES)
         e.phys = -1;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     int ok = g_nexecs < MAX_EXECS;
     if (ok)
         g_execs[g_nexecs++] = e;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (!ok)
         LB_WARN("graph instantiation refused: more than %d live executable graphs with memory nodes", MAX_EXECS);
     return ok ? 0 : -1;
@@ -221,7 +221,7 @@ static void launched(const struct exec_rec *e)
     if (!e->nfree && !e->nesc && !e->opaque)
         return; /* the common captured graph: allocates and frees within itself */
     uintptr_t ctx = lb_cur_fresh() ? lb_cur_ctx() : 0;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     if (e->opaque && e->phys >= 0)
         g_live_lost[e->phys] = 1; /* allocations it leaves live are not all known: the driver's figure from now on */
     for (int i = 0; i < e->nfree; i++)
@@ -238,42 +238,42 @@ static void launched(const struct exec_rec *e)
         g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->phys, ctx};
         g_live_bytes[e->phys] += e->esc[i].size;
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 void lb_graph_ptr_freed(CUdeviceptr p)
 {
     if (!atomic_load_explicit(&g_nlive, memory_order_relaxed))
         return;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     (void)live_drop_locked(p);
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 void lb_graph_ctx_gone(uintptr_t ctx)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < g_nlive;)
         if (g_live[i].ctx == ctx)
             live_drop_at(i);
         else
             i++;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 /* Bytes of graph allocations live outside their graphs on dev; UINT64_MAX: not known. */
 static uint64_t live_bytes(const struct exec_rec *e)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     uint64_t v = e->opaque || g_live_lost[e->phys] ? UINT64_MAX : g_live_bytes[e->phys];
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return v;
 }
 
 static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
 {
     int found = 0;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < g_nexecs; i++)
         if (g_execs[i].x == x) {
             *out = g_execs[i];
@@ -282,7 +282,7 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
             found = 1;
             break;
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return found;
 }
 

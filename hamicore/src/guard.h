@@ -9,6 +9,8 @@
 #ifndef LB_GUARD_H
 #define LB_GUARD_H
 
+#include <pthread.h>
+
 extern _Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
 static inline void lb_guard_enter(void) { lb_guard++; }
 static inline void lb_guard_leave(void) { lb_guard--; }
@@ -17,5 +19,18 @@ static inline void lb_guard_leave(void) { lb_guard--; }
 int lb_from_driver(const void *ra);
 /* What a wrapper does while the guard is up: 0 pass through (the driver's own call), -1 refuse. */
 static inline int lb_guarded(const void *ra) { return lb_from_driver(ra) ? 0 : -1; }
+/* The library's own locks (and its one-time work) are held with the guard up: a signal handler
+ * that interrupts the thread there and calls a wrapper is refused (lb_guarded) instead of waiting
+ * forever for a lock its own thread holds. Not in fork handlers: nothing runs a wrapper there. */
+static inline void lb_lock(pthread_mutex_t *m)
+{
+    lb_guard_enter();
+    pthread_mutex_lock(m);
+}
+static inline void lb_unlock(pthread_mutex_t *m)
+{
+    pthread_mutex_unlock(m);
+    lb_guard_leave();
+}
 
 #endif

@@ -38,7 +38,12 @@ static void clear_tables(void)
     atomic_store_explicit(&lb_mem_stale, 0, memory_order_release);
 }
 
-void lb_mem_clear_stale(void) { pthread_once(&g_clear_once, clear_tables); }
+void lb_mem_clear_stale(void)
+{
+    lb_guard_enter(); /* guard.h: a signal handler arriving meanwhile must not wait for the once */
+    pthread_once(&g_clear_once, clear_tables);
+    lb_guard_leave();
+}
 
 static void fork_child(void)
 {

@@ -94,17 +94,17 @@ static int load_begin(struct load *l, const void *image, size_t len, const char 
                 "the library cannot tell which GPU the context is on");
         return -1;
     }
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     int room = count_locked() < MAX_MODS;
     g_pending += room;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (!room || !lb_region_reserve(l->dev, b)) {
         LB_WARN("%s: device %d: module globals of %llu bytes refused: %s", api, l->dev, (unsigned long long)b,
                 !room ? "more than 4096 modules with globals" : "over the container's limit");
         if (room) {
-            pthread_mutex_lock(&g_mu);
+            lb_lock(&g_mu);
             g_pending--;
-            pthread_mutex_unlock(&g_mu);
+            lb_unlock(&g_mu);
         }
         return -1;
     }
@@ -117,14 +117,14 @@ static CUresult load_end(const struct load *l, CUresult r, uintptr_t h)
 {
     if (!l->bytes)
         return r;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     g_pending--;
     for (int i = 0; r == CUDA_SUCCESS && i < MAX_MODS; i++)
         if (!g_mods[i].h) {
             g_mods[i] = (struct mod){h, l->ctx, l->dev, l->bytes};
             break;
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (r != CUDA_SUCCESS)
         lb_region_release(l->dev, l->bytes);
     return r;
@@ -132,25 +132,25 @@ static CUresult load_end(const struct load *l, CUresult r, uintptr_t h)
 
 static void unloaded(uintptr_t h)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < MAX_MODS; i++)
         if (g_mods[i].h == h) {
             lb_region_release(g_mods[i].dev, g_mods[i].bytes);
             memset(&g_mods[i], 0, sizeof g_mods[i]);
             break;
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 void lb_modules_ctx_gone(uintptr_t ctx)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < MAX_MODS; i++)
         if (g_mods[i].h && g_mods[i].ctx == ctx) {
             lb_region_release(g_mods[i].dev, g_mods[i].bytes);
             memset(&g_mods[i], 0, sizeof g_mods[i]);
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 #define LOAD(api, image, len, out, call)                                                                            \

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "guard.h"
 #include "log.h"
 
 struct lb_region_header *lb_region;
@@ -135,6 +136,7 @@ static int slot_alive(int i)
 
 static int mutex_lock(void)
 {
+    lb_guard_enter(); /* guard.h: a signal handler must not wait for it */
     int r = pthread_mutex_lock(&lb_region->mutex.m);
     if (r == EOWNERDEAD) {
         LB_WARN("a process died holding the usage cache lock; recovered it");
@@ -150,6 +152,7 @@ static void mutex_unlock(int locked_rc)
 {
     if (locked_rc == 0)
         pthread_mutex_unlock(&lb_region->mutex.m);
+    lb_guard_leave();
 }
 
 /* Reclaim slots whose owner died: their bytes come off the container totals. Caller holds the
@@ -207,10 +210,10 @@ static int32_t host_pid(void)
 
 struct lb_region_slot *lb_region_claim(void)
 {
-    pthread_mutex_lock(&g_claim_lock);
+    lb_lock(&g_claim_lock);
     struct lb_region_slot *mine = atomic_load(&lb_region_slot);
     if (mine) {
-        pthread_mutex_unlock(&g_claim_lock);
+        lb_unlock(&g_claim_lock);
         return mine;
     }
     struct lb_region_slot *s = lb_region_slots(lb_region);
@@ -260,7 +263,7 @@ struct lb_region_slot *lb_region_claim(void)
                     "descriptor table full?); charging without a slot until one can be had",
                     g_path[0] ? g_path : "the private region");
         atomic_fetch_or(&lb_region->flags, LB_FLAG_OVERFLOW_SEEN);
-        pthread_mutex_unlock(&g_claim_lock);
+        lb_unlock(&g_claim_lock);
         return &g_overflow_slot;
     }
     if (!mine) {
@@ -272,7 +275,7 @@ struct lb_region_slot *lb_region_claim(void)
         LB_DEBUG("usage cache: slot %d, pid %d, host pid %d", g_slot_idx, mine->pid, mine->hostpid);
     }
     atomic_store(&lb_region_slot, mine);
-    pthread_mutex_unlock(&g_claim_lock);
+    lb_unlock(&g_claim_lock);
     return mine;
 }
 

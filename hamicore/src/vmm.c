@@ -88,10 +88,10 @@ static void __attribute__((noinline, cold)) log_full(const char *what)
 /* A place in the allocation table, taken before the driver is called; 0: full. */
 static int take_place(void)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     int ok = g_nphys + g_pending < MAX_PHYS;
     g_pending += ok;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (!ok)
         log_full("4096 live VMM allocations");
     return ok;
@@ -100,11 +100,11 @@ static int take_place(void)
 /* Settle a place taken by take_place: the new allocation (r == CUDA_SUCCESS) or nothing. */
 static void settle_place(CUresult r, CUmemGenericAllocationHandle h, uint64_t size, int dev)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     g_pending--;
     if (r == CUDA_SUCCESS)
         g_phys[g_nphys++] = (struct phys){h, size, dev, 1, 0};
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 /* 1 enforce, 0 pass through, -1 a signal handler inside one of our hooks (guard.h). */
@@ -176,13 +176,13 @@ LB_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     lb_guard_leave();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     struct phys *p = find(handle);
     if (p && p->refs) {
         p->refs--;
         maybe_free(p);
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return r;
 }
 
@@ -199,11 +199,11 @@ LB_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *han
     lb_guard_leave();
     if (r != CUDA_SUCCESS || !handle)
         return r;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     struct phys *p = find(*handle);
     if (p)
         p->refs++;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return r;
 }
 
@@ -217,9 +217,9 @@ LB_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
     if (!e)
         return real(ptr, size, offset, handle, flags);
     /* A mapping keeps its allocation alive: it needs a place, and an allocation we follow. */
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     int known = find(handle) != NULL, room = g_nmaps < MAX_MAPS;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (!known || !room) {
         if (!room)
             log_full("16384 live VMM mappings");
@@ -233,7 +233,7 @@ LB_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
     lb_guard_leave();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     struct phys *p = find(handle);
     if (p && g_nmaps < MAX_MAPS) {
         g_maps[g_nmaps++] = (struct map){ptr, size, handle};
@@ -241,7 +241,7 @@ LB_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
     } else if (p) {
         p->refs++; /* a racing thread took the last place: stays charged (never under-counted) */
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return r;
 }
 
@@ -256,7 +256,7 @@ LB_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     lb_guard_leave();
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < g_nmaps;) {
         struct map *m = &g_maps[i];
         if (m->va < ptr || m->va - ptr >= size) {
@@ -270,7 +270,7 @@ LB_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
             maybe_free(p);
         }
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return r;
 }
 
@@ -334,11 +334,11 @@ LB_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
         settle_place(r, 0, 0, -1);
         return r;
     }
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     struct phys *mine = find(*handle); /* imported here before: the driver's same handle, one more reference */
     if (mine)
         mine->refs++;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     if (mine) {
         settle_place(CUDA_ERROR_INVALID_VALUE, 0, 0, -1);
         return r;

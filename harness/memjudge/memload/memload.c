@@ -31,8 +31,10 @@
  *   trim                    synchronise, trim the pools and the graph memory
  *   poolcycle N             N times: a new pool, 2 MiB from it (freed), the pool destroyed
  *   burst THREADS N BYTES   THREADS threads, each N x (cuMemAlloc, cuMemFree); "ok GRANTED REFUSED"
- *   sigalloc BYTES N        N times: a timer signal whose handler allocates BYTES lands while
- *                           this thread is inside a (slowed) cuMemAlloc; "ok GRANTED REFUSED"
+ *   sigalloc BYTES N [US]   N times: a timer signal whose handler allocates BYTES lands while
+ *                           this thread is inside a (slowed) cuMemAlloc; "ok GRANTED REFUSED".
+ *                           US: instead, a signal every US microseconds all through each call
+ *                           (it also lands in the library's own work before the driver's)
  *   sigfree                 frees what the handlers got
  *   fork PATH               a child without exec, served over PATH; "ok PID"
  *   spawn PATH              a child that execs memload --connect PATH; "ok PID"
@@ -239,7 +241,7 @@ static void on_alarm(int sig)
     errno = saved;
 }
 
-static void cmd_sigalloc(size_t bytes, int n)
+static void cmd_sigalloc(size_t bytes, int n, long period_us)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -255,10 +257,14 @@ static void cmd_sigalloc(size_t bytes, int n)
         delay(30);
     for (int i = 0; i < n && atomic_load(&sig_n) < SIGMAX; i++) {
         struct itimerval it = {{0, 0}, {0, 10000}}; /* fires 10 ms into the slowed call */
+        if (period_us > 0)
+            it.it_value.tv_usec = it.it_interval.tv_usec = period_us;
         setitimer(ITIMER_REAL, &it, NULL);
         CUdeviceptr p;
         if (cuMemAlloc(&p, 2 * MIB) == CUDA_SUCCESS)
             cuMemFree(p);
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_REAL, &off, NULL);
         struct timespec ts = {0, 30000000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
@@ -459,7 +465,7 @@ int main(int argc, char **argv)
         else if (!strcmp(op, "burst"))
             cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
         else if (!strcmp(op, "sigalloc"))
-            cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2));
+            cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2), strtol(a3, NULL, 10));
         else if (!strcmp(op, "sigfree"))
             cmd_sigfree();
         else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))

@@ -427,7 +427,11 @@ func (r *run) generate() string {
 	case w < 84:
 		return fmt.Sprintf("p%d burst %d %d %d", p.idx, 2+r.rng.Intn(6), 20+r.rng.Intn(80), size())
 	case w < 85:
-		return fmt.Sprintf("p%d sigalloc %d %d", p.idx, size(), 1+r.rng.Intn(3))
+		line := fmt.Sprintf("p%d sigalloc %d %d", p.idx, size(), 1+r.rng.Intn(3))
+		if r.rng.Intn(2) == 0 { // a signal every 50-500 µs: it lands in the library's own work too
+			line += fmt.Sprintf(" %d", 50+r.rng.Intn(451))
+		}
+		return line
 	case w < 86:
 		return fmt.Sprintf("p%d sigfree", p.idx)
 	case w < 88:

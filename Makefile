@@ -9,7 +9,7 @@ ROOT := $(abspath .)
 SAN ?=
 OUT := $(if $(filter command line,$(origin OUT)),$(OUT),$(ROOT)/$(if $(SAN),build-san,build))
 
-C_COMPONENTS := $(foreach d,fakegpu hamicore,$(if $(wildcard $(d)/Makefile),$(d)))
+C_COMPONENTS := $(foreach d,fakegpu hamicore harness/memjudge/memload,$(if $(wildcard $(d)/Makefile),$(d)))
 
 .PHONY: help build c go test test-c test-go test-san test-tsan abi-check bench matrix e2e node-image images clean
 

@@ -22,6 +22,9 @@
 #     overhead    native and library runs interleaved: alloc+free pairs, empty launches, init
 #     compute     the spin kernel, then limitbed bench compute --real
 #     torch       PyTorch eager and CUDA-graph GEMMs at 30/60 % force
+#     judge       the memory judge's workload (memload) on the real driver, one sequence per class
+#                 of escape, exec and login sessions, judged by nvidia-smi's per-process figures
+#                 (harness/memjudge/real.sh)
 # A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +32,7 @@ root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
-all_sections="memory paths frameworks legacy overhead compute torch"
+all_sections="memory paths frameworks legacy overhead compute torch judge"
 sections=${*:-$all_sections}
 for sec in $sections; do
 	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
@@ -77,9 +80,10 @@ check() { # NAME WANT OUTPUT — WANT: refused | granted | a substring the outpu
 # The plugin's file for one 3000 MiB device, with the pod's cache directory.
 cache=$work/pod
 mkdir -p "$cache"
-printf 'CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s/usage.cache\nHAMI_LIMITS_FORMAT=1\n' \
+# The second GPU's 1000 MiB: path-order (2 GPUs) judges limits by physical GPU.
+printf 'CUDA_DEVICE_MEMORY_LIMIT_0=3000m\nCUDA_DEVICE_MEMORY_LIMIT_1=1000m\nCUDA_DEVICE_MEMORY_SHARED_CACHE=%s/usage.cache\nHAMI_LIMITS_FORMAT=1\n' \
 	"$cache" >"$work/limits"
-envlimit=(CUDA_DEVICE_MEMORY_LIMIT_0=3000m "CUDA_DEVICE_MEMORY_SHARED_CACHE=$cache/usage.cache")
+envlimit=(CUDA_DEVICE_MEMORY_LIMIT_0=3000m CUDA_DEVICE_MEMORY_LIMIT_1=1000m "CUDA_DEVICE_MEMORY_SHARED_CACHE=$cache/usage.cache")
 # in_container LIB CMD...: no environment at all, the library only through /etc/ld.so.preload and
 # the limits only through /overrideEnv — a login session in a HAMi container.
 in_container() {
@@ -263,6 +267,14 @@ if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 else
 	echo "SKIP PyTorch compute checks: python3 cannot import torch with CUDA here"
 fi
+fi
+
+if want judge; then
+echo "== judge: memload's sequences on the real driver, nvidia-smi's per-process figures as the truth (3000/1000 MiB)"
+make -s -C harness/memjudge/memload real OUT="$out" >/dev/null
+for mode in env login; do
+	JUDGE_MEMLOAD="$out/bin-real/memload" JUDGE_LIB="$lib" harness/memjudge/real.sh "$mode" || fail=1
+done
 fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"

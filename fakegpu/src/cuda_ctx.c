@@ -64,6 +64,8 @@ CUresult fg_ctx_charge(int ordinal, int add) {
 static void destroy_locked(fg_ctx *c) {
     __atomic_store_n(&c->magic, 0, __ATOMIC_RELEASE);
     fg_mem_release_ctx(c);
+    fg_limits_gone(c);
+    fg_modules_ctx_gone(c);
     fg_ctx_charge(c->dev, 0);
     c->refs = 0;
 }

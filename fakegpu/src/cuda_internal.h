@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 
+#define LIMITBED_CUDA_LEGACY_V1 /* the legacy entry points are defined here under their own names */
 #include <limitbed/cuda_abi.h>
 
 #include "config.h"
@@ -31,6 +32,8 @@
 #undef cuStreamDestroy
 #undef cuStreamBeginCapture
 #undef cuGraphAddKernelNode
+#undef cuMemGetAddressRange
+#undef cuModuleGetGlobal
 
 /* Entry points cuda_abi.h does not declare: legacy spellings, per-thread-stream variants. */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
@@ -123,6 +126,7 @@ typedef struct fg_ctx {
     int primary;
     unsigned refs;      /* primary context retain count */
     uint64_t last_end;  /* when its last launched work finishes (cuCtxSynchronize waits for it) */
+    uint64_t limits[8]; /* cuCtxSetLimit values, 0: the default (cuda_limits.c) */
 } fg_ctx;
 
 typedef struct fg_cuda {
@@ -189,6 +193,40 @@ void fg_graph_forget_all(void);
 void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
+
+/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_mem.c). */
+void fg_alloc_delay(void);
+/* Kinds of the allocation table (cuda_mem.c). */
+enum { FG_K_MEM, FG_K_MANAGED, FG_K_PITCH, FG_K_ASYNC, FG_K_ARRAY, FG_K_MIPMAP, FG_K_IPC };
+/* Frees the table entry at p if its kind is one of `kinds` (a bit mask of FG_K_*). */
+CUresult fg_mem_free(CUdeviceptr p, unsigned kinds);
+/* A device allocation of the current context's device, of a kind freed by its own call; low: below
+ * 4 GiB (the legacy entry points' 32-bit pointers). cuda_mem.c. */
+CUresult fg_mem_alloc_kind(CUdeviceptr *out, size_t size, int kind, int low);
+/* Each device's window of fake addresses: no allocation is larger. */
+#define FG_VA_WINDOW (1ULL << 40)
+/* A CUDA array (cuda_array.c); low as above. */
+CUresult fg_array_alloc(CUarray *pHandle, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, int low);
+/* The allocation containing p: its base and the size it was asked for. */
+CUresult fg_mem_range(CUdeviceptr p, CUdeviceptr *base, uint64_t *size);
+/* What a legacy IPC handle carries (cuda_ipc.c): the shared entry of the state and its size. */
+typedef struct fg_ipc_ref {
+    uint64_t id, nonce, size;
+    unsigned unit;
+} fg_ipc_ref;
+/* The exporter: the cuMemAlloc'd allocation at base p becomes a shared allocation (once). */
+CUresult fg_mem_ipc_export(CUdeviceptr p, fg_ipc_ref *ref);
+/* The importer: the shared allocation at a new address of the current context. */
+CUresult fg_mem_ipc_open(CUdeviceptr *out, const fg_ipc_ref *ref);
+
+/* What a context's cuCtxSetLimit values hold beyond the defaults, and its release (cuda_limits.c). */
+uint64_t fg_limit_extra(const fg_ctx *c);
+void fg_limits_gone(fg_ctx *c);
+/* Modules (cuda_launch.c, cuda_modules.c): load an image into the current context, charging the
+ * device memory its globals take; every module of a destroyed context goes with it. */
+CUresult fg_module_load(CUmodule *module, const void *image, size_t len);
+CUresult fg_module_unload(CUmodule module);
+void fg_modules_ctx_gone(const fg_ctx *c);
 
 /* Context charge: a primary or created context costs the profile's context_mib. */
 CUresult fg_ctx_charge(int ordinal, int add);

@@ -1,5 +1,6 @@
 /*
- * Modules and kernel launches. No code runs: a launch appends simulated busy time to the
+ * Modules and kernel launches. A module's global variables are charged to its context's device
+ * while it is loaded (limitbed/modglobals.h says how they are sized). No code runs: a launch appends simulated busy time to the
  * device's timeline in the shared state (profile launch_ns + block_ns per thread block, or
  * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
  * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
@@ -18,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <limitbed/modglobals.h>
+
 #include "cuda_internal.h"
 
 #define FG_MAX_BACKLOG 1000000000ULL /* 1 s */
@@ -33,6 +36,9 @@ typedef struct fg_module {
     uint32_t magic;
     struct { uint32_t magic; } fn;   /* the function handle every other name resolves to */
     struct { uint32_t magic; } spin; /* FG_SPIN_KERNEL */
+    uint64_t globals;                /* device memory its global variables take (modglobals.h) */
+    int dev;
+    const fg_ctx *ctx;               /* unloaded with its context */
 } fg_module;
 
 static fg_module modules[FG_MAX_MODULES];
@@ -45,7 +51,9 @@ static fg_module *module_of(const void *h) {
     return __atomic_load_n(&m->magic, __ATOMIC_ACQUIRE) == FG_MOD_LIVE ? m : NULL;
 }
 
-FG_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+/* Its global variables take device memory of the context's device from the load on (an image
+ * this cannot size — not PTX, an ELF cubin or a fatbin — takes none). */
+CUresult fg_module_load(CUmodule *module, const void *image, size_t len) {
     fg_ctx *c;
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
@@ -54,26 +62,50 @@ FG_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) {
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
         return r;
+    uint64_t globals = 0;
+    if (lb_module_globals(image, len, &globals) != 0)
+        globals = 0;
+    if (globals && (r = fg_mem_charge(c->dev, globals)) != CUDA_SUCCESS)
+        return r;
     for (int i = 0; i < FG_MAX_MODULES; i++) {
         uint32_t expect = 0;
         if (__atomic_compare_exchange_n(&modules[i].magic, &expect, FG_MOD_LIVE, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            modules[i].globals = globals, modules[i].dev = c->dev, modules[i].ctx = c;
             modules[i].fn.magic = FG_MOD_LIVE;
             *module = (CUmodule)&modules[i];
             return CUDA_SUCCESS;
         }
     }
+    if (globals)
+        fg_mem_uncharge(c->dev, globals);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-FG_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+FG_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { return fg_module_load(module, image, 0); }
+
+static void unload(fg_module *m) {
+    uint32_t live = FG_MOD_LIVE;
+    if (__atomic_compare_exchange_n(&m->magic, &live, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED) && m->globals)
+        fg_mem_uncharge(m->dev, m->globals);
+}
+
+CUresult fg_module_unload(CUmodule hmod) {
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
         return r;
     fg_module *m = module_of(hmod);
     if (!m)
         return CUDA_ERROR_INVALID_HANDLE;
-    __atomic_store_n(&m->magic, 0, __ATOMIC_RELEASE);
+    unload(m);
     return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuModuleUnload(CUmodule hmod) { return fg_module_unload(hmod); }
+
+void fg_modules_ctx_gone(const fg_ctx *c) {
+    for (int i = 0; i < FG_MAX_MODULES; i++)
+        if (__atomic_load_n(&modules[i].magic, __ATOMIC_ACQUIRE) == FG_MOD_LIVE && modules[i].ctx == c)
+            unload(&modules[i]);
 }
 
 FG_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {

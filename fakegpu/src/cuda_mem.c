@@ -7,20 +7,28 @@
  * ordinal has its own 1 TiB window; a first-fit search over the sorted table reuses freed ranges.
  * Sizes are charged in 2 MiB granules, the page size a real GPU hands out large allocations in.
  */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 
 #define FG_VA_BASE 0xffff800000000000ULL
-#define FG_VA_WINDOW (1ULL << 40)
 
-enum kind { K_MEM, K_MANAGED, K_PITCH, K_ASYNC, K_ARRAY, K_MIPMAP };
-#define FREEABLE ((1u << K_MEM) | (1u << K_MANAGED) | (1u << K_PITCH) | (1u << K_ASYNC))
+/* The legacy entry points' 32-bit pointers: one window below 4 GiB shared by every device. */
+#define FG_VA_LOW_BASE 0x10000000ULL
+#define FG_VA_LOW_END 0xF0000000ULL
+
+#define FREEABLE ((1u << FG_K_MEM) | (1u << FG_K_MANAGED) | (1u << FG_K_PITCH) | (1u << FG_K_ASYNC))
 
 typedef struct alloc {
     CUdeviceptr ptr;
-    uint64_t charged;
+    uint64_t len;      /* the address range it takes: its size in whole granules */
+    uint64_t size;     /* what was asked for (cuMemGetAddressRange) */
+    uint64_t charged;  /* bytes in this process's slot (0 once shared, or for an opened IPC handle) */
+    uint64_t share_id; /* the shared allocation it is (exported or opened), 0: none */
     int dev;
     int kind;
     const fg_ctx *ctx; /* freed with its context */
@@ -30,8 +38,6 @@ typedef struct alloc {
 /* Guarded by fg_cu.mu; sorted by ptr. */
 static alloc *tab;
 static size_t ntab, captab;
-static void **hosts; /* cuMemHostAlloc'd blocks, so cuMemFreeHost can refuse a stranger */
-static size_t nhosts, caphosts;
 
 static size_t lower_bound(CUdeviceptr p) {
     size_t lo = 0, hi = ntab;
@@ -45,22 +51,26 @@ static size_t lower_bound(CUdeviceptr p) {
     return lo;
 }
 
-static CUdeviceptr find_gap(int dev, uint64_t size) {
-    uint64_t base = FG_VA_BASE + (uint64_t)dev * FG_VA_WINDOW, end = base + FG_VA_WINDOW, cur = base;
+static CUdeviceptr find_gap(int dev, uint64_t size, int low) {
+    uint64_t base = low ? FG_VA_LOW_BASE : FG_VA_BASE + (uint64_t)dev * FG_VA_WINDOW;
+    uint64_t end = low ? FG_VA_LOW_END : base + FG_VA_WINDOW, cur = base;
     for (size_t i = lower_bound(base); i < ntab && tab[i].ptr < end; i++) {
         if (tab[i].ptr - cur >= size)
             break;
-        cur = tab[i].ptr + tab[i].charged;
+        cur = tab[i].ptr + tab[i].len;
     }
     return end - cur >= size ? cur : 0;
 }
 
 /* A pool's allocation goes back to its pool (which keeps it reserved until a synchronisation
- * trims it); any other gives its bytes back to the device. */
+ * trims it); a shared one lets go of its shared entry (its bytes go with the last holder); any
+ * other gives its bytes back to the device. State lock held. */
 static void uncharge_locked(const alloc *a) {
+    if (a->share_id)
+        fg_state_share_drop(&fg_cu.st, a->share_id);
     if (a->pool)
         fg_pool_give(a->pool, a->charged);
-    else
+    else if (a->charged)
         fg_state_release(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, 0);
 }
 
@@ -81,9 +91,30 @@ void fg_mem_uncharge(int ordinal, uint64_t bytes) {
     fg_state_unlock(&fg_cu.st);
 }
 
+/* fakegpuSetAllocDelayMs(N): from now on every device allocation spends N ms in the driver before
+ * it takes any lock, as a slow real one can; 0 ends it. A test slows down a few calls so that a
+ * signal arriving then finds its thread inside the driver. Not a CUDA entry point: a program finds
+ * it with dlsym and, on a real driver, does without. An atomic load on the allocation path: no
+ * environment is read there (its cost would grow with the environment). */
+static _Atomic int alloc_delay_ms;
+
+FG_EXPORT void fakegpuSetAllocDelayMs(int ms) {
+    atomic_store(&alloc_delay_ms, ms < 0 ? 0 : ms > 60000 ? 60000 : ms);
+}
+
+void fg_alloc_delay(void) {
+    int ms = atomic_load_explicit(&alloc_delay_ms, memory_order_relaxed);
+    if (ms <= 0)
+        return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 /* The one path every device allocation takes: fault check, address, shared charge (or the
  * pool's), table. */
-static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound, struct fg_pool *pool) {
+static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound, struct fg_pool *pool,
+                            int low) {
     fg_ctx *c;
     CUresult r = fg_cu_need_ctx(&c);
     if (r != CUDA_SUCCESS)
@@ -92,6 +123,7 @@ static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, in
         dev = c->dev;
     if (fg_cu_lost(dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    fg_alloc_delay();
     unsigned long nth = __atomic_add_fetch(&fg_cu.alloc_calls, 1, __ATOMIC_RELAXED);
     if (fg_cu.cfg.faults.fail_alloc && nth == fg_cu.cfg.faults.fail_alloc)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -99,7 +131,7 @@ static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, in
         return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t charged = (size + FG_GRANULE - 1) / FG_GRANULE * FG_GRANULE;
     pthread_mutex_lock(&fg_cu.mu);
-    CUdeviceptr p = find_gap(dev, charged);
+    CUdeviceptr p = find_gap(dev, charged, low);
     int rc = -1;
     if (p && ntab == captab) {
         size_t ncap = captab ? captab * 2 : 64;
@@ -116,7 +148,7 @@ static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, in
     if (rc == 0) {
         size_t i = lower_bound(p);
         memmove(&tab[i + 1], &tab[i], (ntab - i) * sizeof *tab);
-        tab[i] = (alloc){p, charged, dev, kind, ctx_bound ? c : NULL, pool};
+        tab[i] = (alloc){p, charged, size, charged, 0, dev, kind, ctx_bound ? c : NULL, pool};
         ntab++;
         *out = p;
     }
@@ -127,14 +159,18 @@ static CUresult do_alloc_in(CUdeviceptr *out, size_t size, int kind, int dev, in
 }
 
 static CUresult do_alloc(CUdeviceptr *out, size_t size, int kind, int dev, int ctx_bound) {
-    return do_alloc_in(out, size, kind, dev, ctx_bound, NULL);
+    return do_alloc_in(out, size, kind, dev, ctx_bound, NULL, 0);
 }
 
 CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p) {
-    return do_alloc_in(out, size, K_ASYNC, fg_pool_dev(p), 1, p);
+    return do_alloc_in(out, size, FG_K_ASYNC, fg_pool_dev(p), 1, p, 0);
 }
 
-static CUresult do_free(CUdeviceptr p, unsigned kinds) {
+CUresult fg_mem_alloc_kind(CUdeviceptr *out, size_t size, int kind, int low) {
+    return do_alloc_in(out, size, kind, -1, 1, NULL, low);
+}
+
+CUresult fg_mem_free(CUdeviceptr p, unsigned kinds) {
     CUresult r = fg_cu_ready();
     if (r != CUDA_SUCCESS)
         return r;
@@ -160,7 +196,7 @@ void fg_mem_release_ctx(const fg_ctx *ctx) {
     for (size_t i = 0; i < ntab; i++) {
         if (tab[i].ctx != ctx) {
             tab[k++] = tab[i];
-        } else if (tab[i].pool) {
+        } else if (tab[i].pool && !tab[i].share_id) {
             fg_pool_give(tab[i].pool, tab[i].charged);
         } else if (fg_state_lock(&fg_cu.st) == 0) {
             uncharge_locked(&tab[i]);
@@ -186,7 +222,7 @@ static CUresult precheck(const void *out, size_t size) {
 
 FG_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     CUresult r = precheck(dptr, bytesize);
-    return r ? r : do_alloc(dptr, bytesize, K_MEM, -1, 1);
+    return r ? r : do_alloc(dptr, bytesize, FG_K_MEM, -1, 1);
 }
 
 FG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
@@ -194,7 +230,7 @@ FG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     if (r == CUDA_SUCCESS && flags != CU_MEM_ATTACH_GLOBAL && flags != 0x2 /* CU_MEM_ATTACH_HOST */)
         r = CUDA_ERROR_INVALID_VALUE;
     /* Counted as device memory from the start: the fake has no page migration. */
-    return r ? r : do_alloc(dptr, bytesize, K_MANAGED, -1, 1);
+    return r ? r : do_alloc(dptr, bytesize, FG_K_MANAGED, -1, 1);
 }
 
 FG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -207,9 +243,97 @@ FG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
     size_t pitch = (WidthInBytes + 511) / 512 * 512; /* the texture pitch alignment of real GPUs */
     if (Height > FG_VA_WINDOW / pitch)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    r = do_alloc(dptr, pitch * Height, K_PITCH, -1, 1);
+    r = do_alloc(dptr, pitch * Height, FG_K_PITCH, -1, 1);
     if (r == CUDA_SUCCESS)
         *pPitch = pitch;
+    return r;
+}
+
+/* The allocation that contains p (fg_cu.mu held): its index, or -1. */
+static ssize_t containing(CUdeviceptr p) {
+    size_t i = lower_bound(p + 1);
+    if (i == 0)
+        return -1;
+    const alloc *a = &tab[i - 1];
+    return p >= a->ptr && p - a->ptr < a->len ? (ssize_t)(i - 1) : -1;
+}
+
+CUresult fg_mem_range(CUdeviceptr p, CUdeviceptr *base, uint64_t *size) {
+    pthread_mutex_lock(&fg_cu.mu);
+    ssize_t i = containing(p);
+    if (i >= 0)
+        *base = tab[i].ptr, *size = tab[i].size;
+    pthread_mutex_unlock(&fg_cu.mu);
+    return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult fg_mem_ipc_export(CUdeviceptr p, fg_ipc_ref *ref) {
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    ssize_t i = containing(p);
+    alloc *a = i >= 0 ? &tab[i] : NULL;
+    if (a && a->ptr == p && (a->kind == FG_K_MEM || a->kind == FG_K_PITCH) && fg_state_lock(&fg_cu.st) == 0) {
+        if (!a->share_id) {
+            int j = fg_state_share(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, FG_SHARE_IPC);
+            if (j >= 0)
+                a->share_id = fg_cu.st.sh->share[j].id, a->charged = 0;
+        }
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* the shared table is full */
+        for (int j = 0; a->share_id && j < FG_MAX_SHARED; j++)
+            if (fg_cu.st.sh->share[j].id == a->share_id) {
+                *ref = (fg_ipc_ref){a->share_id, fg_cu.st.sh->share[j].nonce, a->size, fg_cu.st.sh->share[j].unit};
+                r = CUDA_SUCCESS;
+            }
+        fg_state_unlock(&fg_cu.st);
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+CUresult fg_mem_ipc_open(CUdeviceptr *out, const fg_ipc_ref *ref) {
+    fg_ctx *c;
+    CUresult r = fg_cu_need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int dev = -1;
+    for (int d = 0; d < fg_cu.ndev && dev < 0; d++)
+        if (fg_cu.dev[d].unit == ref->unit)
+            dev = d;
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_DEVICE; /* its device is not visible to this process */
+    uint64_t len = fg_granules(ref->size);
+    pthread_mutex_lock(&fg_cu.mu);
+    CUdeviceptr p = find_gap(dev, len, 0);
+    if (p && ntab == captab) {
+        size_t ncap = captab ? captab * 2 : 64;
+        alloc *t = realloc(tab, ncap * sizeof *t);
+        if (t)
+            tab = t, captab = ncap;
+    }
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (p && ntab < captab && fg_state_lock(&fg_cu.st) == 0) {
+        int own = fg_state_own_slot(&fg_cu.st), held = -1;
+        for (int j = 0; own >= 0 && j < FG_MAX_SHARED; j++) {
+            const fg_shared_alloc *a = &fg_cu.st.sh->share[j];
+            if (a->id == ref->id && a->nonce == ref->nonce)
+                held = (a->holders[own / 64] >> (own % 64)) & 1;
+        }
+        if (held == 1)
+            r = CUDA_ERROR_INVALID_CONTEXT; /* a process cannot open its own handle */
+        else if (held < 0 || fg_state_share_hold(&fg_cu.st, ref->id, ref->nonce) < 0)
+            r = CUDA_ERROR_INVALID_HANDLE; /* freed by its last holder, or never exported */
+        else
+            r = CUDA_SUCCESS;
+        fg_state_unlock(&fg_cu.st);
+    }
+    if (r == CUDA_SUCCESS) {
+        size_t i = lower_bound(p);
+        memmove(&tab[i + 1], &tab[i], (ntab - i) * sizeof *tab);
+        tab[i] = (alloc){p, len, ref->size, 0, ref->id, dev, FG_K_IPC, c, NULL};
+        ntab++;
+        *out = p;
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
     return r;
 }
 
@@ -252,104 +376,16 @@ FG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesi
     return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
 
-FG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return do_free(dptr, FREEABLE); }
+FG_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return fg_mem_free(dptr, FREEABLE); }
 
 FG_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     CUresult r;
     if (fg_cu_ready() == CUDA_SUCCESS && fg_capture_free(hStream, dptr, &r))
         return r;
-    return do_free(dptr, FREEABLE);
+    return fg_mem_free(dptr, FREEABLE);
 }
 
 FG_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
-
-static size_t element_size(CUarray_format f) {
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT: return 4;
-    }
-    return 0;
-}
-
-static CUresult array_alloc(CUarray *pHandle, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch) {
-    CUresult r = fg_cu_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    size_t es = element_size(f);
-    if (!pHandle || !w || !es || (ch != 1 && ch != 2 && ch != 4))
-        return CUDA_ERROR_INVALID_VALUE;
-    h = h ? h : 1, d = d ? d : 1;
-    if (w > 1u << 20 || h > 1u << 20 || d > 1u << 20)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUdeviceptr p;
-    size_t row = w * es * ch;
-    if (h * d > FG_VA_WINDOW / row)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    r = do_alloc(&p, row * h * d, K_ARRAY, -1, 1);
-    if (r == CUDA_SUCCESS)
-        *pHandle = (CUarray)(uintptr_t)p; /* an opaque handle: never dereferenced */
-    return r;
-}
-
-FG_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
-    if (!pAllocateArray)
-        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
-    const CUDA_ARRAY_DESCRIPTOR *a = pAllocateArray;
-    return array_alloc(pHandle, a->Width, a->Height, 1, a->Format, a->NumChannels);
-}
-
-FG_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
-    if (!pAllocateArray)
-        return fg_cu_ready() ? fg_cu_ready() : CUDA_ERROR_INVALID_VALUE;
-    const CUDA_ARRAY3D_DESCRIPTOR *a = pAllocateArray;
-    return array_alloc(pHandle, a->Width, a->Height, a->Depth, a->Format, a->NumChannels);
-}
-
-/* A mipmapped array holds every level: level l is max(1, dim >> l) in each dimension. */
-FG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
-                                          unsigned int numMipmapLevels) {
-    CUresult r = fg_cu_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!pHandle || !desc || !numMipmapLevels || numMipmapLevels > 32)
-        return CUDA_ERROR_INVALID_VALUE;
-    size_t es = element_size(desc->Format), ch = desc->NumChannels;
-    size_t w = desc->Width, h = desc->Height ? desc->Height : 1, d = desc->Depth ? desc->Depth : 1;
-    if (!w || !es || (ch != 1 && ch != 2 && ch != 4) || w > 1u << 20 || h > 1u << 20 || d > 1u << 20)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t total = 0;
-    for (unsigned l = 0; l < numMipmapLevels; l++) {
-        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1, ld = d >> l ? d >> l : 1;
-        total += lw * lh * ld * es * ch;
-    }
-    if (total > FG_VA_WINDOW)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUdeviceptr p;
-    r = do_alloc(&p, total, K_MIPMAP, -1, 1);
-    if (r == CUDA_SUCCESS)
-        *pHandle = (CUmipmappedArray)(uintptr_t)p;
-    return r;
-}
-
-FG_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
-    CUresult r = fg_cu_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    return h ? do_free((CUdeviceptr)(uintptr_t)h, 1u << K_MIPMAP) : CUDA_ERROR_INVALID_HANDLE;
-}
-
-FG_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
-    CUresult r = fg_cu_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    return hArray ? do_free((CUdeviceptr)(uintptr_t)hArray, 1u << K_ARRAY) : CUDA_ERROR_INVALID_HANDLE;
-}
 
 FG_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     fg_ctx *c;
@@ -379,50 +415,5 @@ FG_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total) {
         *free = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
         *total = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
     }
-    return r;
-}
-
-/* Real host memory: callers write to it. Not charged to the device. */
-FG_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
-    (void)Flags;
-    fg_ctx *c;
-    CUresult r = precheck(pp, bytesize);
-    if (r != CUDA_SUCCESS || (r = fg_cu_need_ctx(&c)) != CUDA_SUCCESS)
-        return r;
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, bytesize) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&fg_cu.mu);
-    if (nhosts == caphosts) {
-        size_t ncap = caphosts ? caphosts * 2 : 16;
-        void **h = realloc(hosts, ncap * sizeof *h);
-        if (h)
-            hosts = h, caphosts = ncap;
-    }
-    if (nhosts < caphosts)
-        hosts[nhosts++] = p;
-    else
-        free(p), p = NULL;
-    pthread_mutex_unlock(&fg_cu.mu);
-    if (!p)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *pp = p;
-    return CUDA_SUCCESS;
-}
-
-FG_EXPORT CUresult cuMemFreeHost(void *p) {
-    CUresult r = fg_cu_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    r = CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&fg_cu.mu);
-    for (size_t i = 0; p && i < nhosts; i++)
-        if (hosts[i] == p) {
-            hosts[i] = hosts[--nhosts];
-            free(p);
-            r = CUDA_SUCCESS;
-            break;
-        }
-    pthread_mutex_unlock(&fg_cu.mu);
     return r;
 }

@@ -10,9 +10,18 @@
  *
  * Virtual ranges come from a window above every device's allocation window, handed out upwards
  * and never reused (a 64 TiB window is never exhausted by a test). Everything under fg_cu.mu.
+ *
+ * Sharing (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR): cuMemExportToShareableHandle makes the
+ * allocation a shared allocation of the device state (state.h; its bytes are charged once, for as
+ * long as a holder lives) and hands out a file descriptor that names it (a memfd holding the
+ * entry's id and nonce); cuMemImportFromShareableHandle in any process of the host takes a
+ * reference and a handle of its own, with the same lifetimes as a created one. Not modelled: the
+ * descriptor itself keeping the memory alive once no process holds a handle or a mapping.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_internal.h"
 
@@ -24,6 +33,8 @@ typedef struct phys {
     uint64_t size;
     int dev;
     unsigned refs, maps;
+    unsigned handle_types; /* requestedHandleTypes at creation */
+    uint64_t share_id;     /* the shared allocation it is (exported or imported), 0: none */
 } phys;
 
 typedef struct range {
@@ -77,7 +88,14 @@ static void maybe_free(CUmemGenericAllocationHandle h) {
     size_t i;
     phys *p = find_phys(h, &i);
     if (p && p->refs == 0 && p->maps == 0) {
-        fg_mem_uncharge(p->dev, p->size);
+        if (p->share_id) {
+            if (fg_state_lock(&fg_cu.st) == 0) {
+                fg_state_share_drop(&fg_cu.st, p->share_id);
+                fg_state_unlock(&fg_cu.st);
+            }
+        } else {
+            fg_mem_uncharge(p->dev, p->size);
+        }
         drop(&physv, i);
     }
 }
@@ -131,6 +149,7 @@ FG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
         return CUDA_ERROR_INVALID_DEVICE;
     if (fg_cu_lost(dev))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    fg_alloc_delay();
     unsigned long nth = __atomic_add_fetch(&fg_cu.alloc_calls, 1, __ATOMIC_RELAXED);
     if (fg_cu.cfg.faults.fail_alloc && nth == fg_cu.cfg.faults.fail_alloc)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -141,7 +160,7 @@ FG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
     } else if ((r = fg_mem_charge(dev, size)) != CUDA_SUCCESS) {
         physv.n--;
     } else {
-        *p = (phys){next_handle++, size, dev, 1, 0};
+        *p = (phys){next_handle++, size, dev, 1, 0, (unsigned)prop->requestedHandleTypes, 0};
         *handle = p->handle;
     }
     pthread_mutex_unlock(&fg_cu.mu);
@@ -326,4 +345,118 @@ FG_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *han
         }
     pthread_mutex_unlock(&fg_cu.mu);
     return r;
+}
+
+#define VMM_MAGIC "FGVMM001"
+typedef struct vmm_wire {
+    char magic[8];
+    uint64_t id, nonce, size;
+    uint32_t unit, pad;
+} vmm_wire;
+
+FG_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType, unsigned long long flags) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!shareableHandle || flags || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    phys *p = find_phys(handle, NULL);
+    vmm_wire w = {{0}, 0, 0, 0, 0, 0};
+    if (!p || p->refs == 0 || !(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        r = CUDA_ERROR_INVALID_VALUE; /* created without the POSIX descriptor handle type */
+    } else if (fg_state_lock(&fg_cu.st) != 0) {
+        r = CUDA_ERROR_UNKNOWN;
+    } else {
+        unsigned unit = fg_cu.dev[p->dev].unit;
+        if (!p->share_id) {
+            int j = fg_state_share(&fg_cu.st, unit, p->size, FG_SHARE_VMM);
+            if (j >= 0)
+                p->share_id = fg_cu.st.sh->share[j].id;
+        }
+        r = CUDA_ERROR_OUT_OF_MEMORY; /* the shared table is full */
+        for (int j = 0; p->share_id && j < FG_MAX_SHARED; j++)
+            if (fg_cu.st.sh->share[j].id == p->share_id) {
+                w.id = p->share_id, w.nonce = fg_cu.st.sh->share[j].nonce, w.size = p->size, w.unit = unit;
+                r = CUDA_SUCCESS;
+            }
+        fg_state_unlock(&fg_cu.st);
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memcpy(w.magic, VMM_MAGIC, sizeof w.magic);
+    int fd = memfd_create("fakegpu-vmm", MFD_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pwrite(fd, &w, sizeof w, 0) != (ssize_t)sizeof w) {
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+FG_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                CUmemAllocationHandleType shHandleType) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    vmm_wire w;
+    int fd = (int)(intptr_t)osHandle;
+    if (pread(fd, &w, sizeof w, 0) != (ssize_t)sizeof w || memcmp(w.magic, VMM_MAGIC, sizeof w.magic) != 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int dev = -1;
+    for (int d = 0; d < fg_cu.ndev && dev < 0; d++)
+        if (fg_cu.dev[d].unit == w.unit)
+            dev = d;
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_DEVICE; /* its device is not visible to this process */
+    pthread_mutex_lock(&fg_cu.mu);
+    phys *mine = NULL;
+    for (size_t i = 0; i < physv.n && !mine; i++)
+        if (PHYS[i].share_id == w.id)
+            mine = &PHYS[i];
+    if (mine) {
+        mine->refs++; /* already held here: one more reference on the same handle */
+        *handle = mine->handle;
+    } else if (fg_state_lock(&fg_cu.st) != 0) {
+        r = CUDA_ERROR_UNKNOWN;
+    } else {
+        int held = fg_state_share_hold(&fg_cu.st, w.id, w.nonce);
+        fg_state_unlock(&fg_cu.st);
+        phys *p = held >= 0 ? push(&physv) : NULL;
+        if (held < 0) {
+            r = CUDA_ERROR_INVALID_HANDLE; /* released by its last holder */
+        } else if (!p) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            *p = (phys){next_handle++, w.size, dev, 1, 0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, w.id};
+            *handle = p->handle;
+        }
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return r;
+}
+
+FG_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle) {
+    CUresult r = fg_cu_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fg_cu.mu);
+    phys *p = find_phys(handle, NULL);
+    if (p) {
+        memset(prop, 0, sizeof *prop);
+        prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop->requestedHandleTypes = (CUmemAllocationHandleType)p->handle_types;
+        prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop->location.id = p->dev;
+    }
+    pthread_mutex_unlock(&fg_cu.mu);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -170,14 +170,33 @@ static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
 
 static int mine(const fg_state *st, int i) { return i >= 0 && i == st->slot && st->pid == getpid(); }
 
+static int holds(const fg_shared_alloc *a, int slot) { return (a->holders[slot / 64] >> (slot % 64)) & 1; }
+
+/* A slot lets go of every shared allocation; those it held last are freed with it. */
+static void unhold_all(fg_state *st, int slot) {
+    for (int j = 0; j < FG_MAX_SHARED; j++) {
+        fg_shared_alloc *a = &st->sh->share[j];
+        if (!a->id || !holds(a, slot))
+            continue;
+        a->holders[slot / 64] &= ~(1ULL << (slot % 64));
+        int any = 0;
+        for (int k = 0; k < FG_MAX_SLOTS / 64; k++)
+            any |= a->holders[k] != 0;
+        if (!any)
+            memset(a, 0, sizeof *a);
+    }
+}
+
 static void reap(fg_state *st) {
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
         fg_slot *s = &st->sh->slot[i];
         if (!s->in_use || mine(st, i))
             continue;
         struct flock fl;
-        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK)
+        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK) {
             memset(s, 0, sizeof *s); /* its owner is gone: so is its memory */
+            unhold_all(st, i);
+        }
     }
 }
 
@@ -196,12 +215,11 @@ int fg_state_lock(fg_state *st) {
     if (rc != 0)
         return -1;
     /* The program closed our descriptor or reused its number: reap must not ask a file of the
-     * program's who lives. While we hold a slot the old mapping keeps our lock: leave it. */
-    if (!fd_ours(st) && reopen(st, !mine(st, st->slot)) != 0) {
-        pthread_mutex_unlock(&st->sh->mutex);
-        return -1;
-    }
-    reap(st);
+     * program's who lives. While we hold a slot the old mapping keeps our lock: leave it. When
+     * no descriptor can be had (the program took them all), the state is still ours to update
+     * through the mapping — a free must not be lost — but nobody is reaped and no slot taken. */
+    if (fd_ours(st) || reopen(st, !mine(st, st->slot)) == 0)
+        reap(st);
     return 0;
 }
 
@@ -210,6 +228,8 @@ void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
 int fg_state_own_slot(fg_state *st) {
     if (mine(st, st->slot))
         return st->slot;
+    if (!fd_ours(st))
+        return -1; /* no descriptor of ours to lock a slot through (fg_state_lock could not reopen one) */
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
         fg_slot *s = &st->sh->slot[i];
         struct flock fl;
@@ -229,7 +249,60 @@ uint64_t fg_state_unit_used(const fg_state *st, unsigned unit) {
     for (int i = 0; i < FG_MAX_SLOTS; i++)
         if (st->sh->slot[i].in_use)
             sum += st->sh->slot[i].used[unit] + st->sh->slot[i].ctx[unit];
+    for (int j = 0; j < FG_MAX_SHARED; j++)
+        if (st->sh->share[j].id && st->sh->share[j].unit == unit)
+            sum += st->sh->share[j].bytes;
     return sum;
+}
+
+int fg_state_share(fg_state *st, unsigned unit, uint64_t bytes, uint32_t kind) {
+    if (unit >= FG_MAX_UNITS || !mine(st, st->slot))
+        return -1;
+    for (int j = 0; j < FG_MAX_SHARED; j++) {
+        fg_shared_alloc *a = &st->sh->share[j];
+        if (a->id)
+            continue;
+        uint64_t *v = &st->sh->slot[st->slot].used[unit];
+        *v = *v > bytes ? *v - bytes : 0;
+        memset(a, 0, sizeof *a);
+        a->id = ++st->sh->next_share_id;
+        /* Not a secret (any process of the host may read the state file); it only keeps a
+         * stale or made-up handle from naming a live entry by accident. */
+        a->nonce = (fg_now_ns() * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)getpid() << 32) ^ a->id;
+        a->bytes = bytes, a->unit = unit, a->kind = kind;
+        a->holders[st->slot / 64] |= 1ULL << (st->slot % 64);
+        return j;
+    }
+    return -1;
+}
+
+int fg_state_share_hold(fg_state *st, uint64_t id, uint64_t nonce) {
+    int s = fg_state_own_slot(st);
+    for (int j = 0; s >= 0 && id && j < FG_MAX_SHARED; j++) {
+        fg_shared_alloc *a = &st->sh->share[j];
+        if (a->id != id || a->nonce != nonce)
+            continue;
+        a->holders[s / 64] |= 1ULL << (s % 64);
+        return j;
+    }
+    return -1;
+}
+
+void fg_state_share_drop(fg_state *st, uint64_t id) {
+    if (!mine(st, st->slot))
+        return;
+    for (int j = 0; id && j < FG_MAX_SHARED; j++) {
+        fg_shared_alloc *a = &st->sh->share[j];
+        if (a->id != id || !holds(a, st->slot))
+            continue;
+        a->holders[st->slot / 64] &= ~(1ULL << (st->slot % 64));
+        int any = 0;
+        for (int k = 0; k < FG_MAX_SLOTS / 64; k++)
+            any |= a->holders[k] != 0;
+        if (!any)
+            memset(a, 0, sizeof *a);
+        return;
+    }
 }
 
 int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit, int is_ctx) {

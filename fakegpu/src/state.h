@@ -38,8 +38,9 @@
 #include "fg.h"
 
 #define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
-#define FG_STATE_VERSION 1
+#define FG_STATE_VERSION 2
 #define FG_MAX_SLOTS 128
+#define FG_MAX_SHARED 256 /* allocations held by more than one process at once */
 #define FG_BUSY_RING 4096
 
 typedef struct fg_busy {
@@ -61,6 +62,22 @@ typedef struct fg_slot {
     uint64_t ctx[FG_MAX_UNITS];  /* bytes charged for contexts */
 } fg_slot;
 
+/* An allocation that other processes hold too: a cuMemAlloc'd range exported with
+ * cuIpcGetMemHandle, or a VMM allocation exported as a file descriptor. Its bytes are charged
+ * once, here, not to any slot, for as long as one holder lives (its exporter until it frees it, an
+ * importer until it closes or releases it); a holder that dies is dropped by the liveness scan. */
+typedef struct fg_shared_alloc {
+    uint64_t id;                        /* 0: free entry */
+    uint64_t nonce;                     /* in the handle, so a guessed handle names nothing */
+    uint64_t bytes;
+    uint32_t unit;
+    uint32_t kind;                      /* FG_SHARE_IPC, FG_SHARE_VMM */
+    uint64_t holders[FG_MAX_SLOTS / 64]; /* bit s: slot s holds a reference */
+} fg_shared_alloc;
+
+#define FG_SHARE_IPC 1u
+#define FG_SHARE_VMM 2u
+
 typedef struct fg_shared {
     uint64_t magic;
     uint32_t version;
@@ -71,6 +88,8 @@ typedef struct fg_shared {
     pthread_mutex_t mutex;
     fg_slot slot[FG_MAX_SLOTS];
     fg_unit unit[FG_MAX_UNITS];
+    uint64_t next_share_id;
+    fg_shared_alloc share[FG_MAX_SHARED];
 } fg_shared;
 
 #define FG_LOCK_OFFSET ((off_t)sizeof(fg_shared))
@@ -101,6 +120,13 @@ uint64_t fg_state_unit_used(const fg_state *st, unsigned unit);
 /* 0: charged; -1: would exceed limit; -2: no free slot. */
 int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit, int is_ctx);
 void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx);
+/* Shared allocations (lock held). share: bytes already charged to this process move to a new
+ * entry that it holds; returns the entry's index or -1 (table full). hold: this process takes a
+ * reference on entry id (checked against its nonce); returns the index or -1. drop: it lets go;
+ * the entry and its bytes go with the last holder. */
+int fg_state_share(fg_state *st, unsigned unit, uint64_t bytes, uint32_t kind);
+int fg_state_share_hold(fg_state *st, uint64_t id, uint64_t nonce);
+void fg_state_share_drop(fg_state *st, uint64_t id);
 /* Appends dur ns of work to the unit's timeline; returns when it will have finished. */
 uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt.h"
 #include "log.h"
 
 struct lb_config lb_cfg;
@@ -16,23 +17,31 @@ static struct lb_file_vars g_file_vars;
 static struct lb_reader g_reader;
 static char g_chunk[LB_READ_CHUNK];
 
+/* Present but unusable: an ERROR naming the cause; the caller refuses every allocation. */
+static int unusable(struct lb_diags *dg, const char *path, const char *cause)
+{
+    lb_diag_add(dg, LB_LOG_ERROR, 0, 0,
+                "%s: %s: every allocation is refused (only an absent file means environment mode); fix the file "
+                "or the process's descriptors, and start it again",
+                path, cause);
+    return -1;
+}
+
 int lb_read_limits_file(const char *path, struct lb_file_vars *fv, struct lb_diags *dg, int legacy)
 {
     /* O_NONBLOCK: a FIFO or device at that path must not hang every CUDA program. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-        if (errno == ENOENT)
+        if (errno == ENOENT || errno == ENOTDIR) {
             lb_diag_add(dg, LB_LOG_INFO, 0, 0, "%s: absent; limits come from the environment", path);
-        else
-            lb_diag_add(dg, LB_LOG_WARN, 0, 0, "%s: cannot open (errno %d); limits come from the environment", path,
-                        errno);
-        return 0;
+            return 0;
+        }
+        return unusable(dg, path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        lb_diag_add(dg, LB_LOG_WARN, 0, 0, "%s: not a regular file; limits come from the environment", path);
         close(fd);
-        return 0;
+        return unusable(dg, path, "not a regular file");
     }
     lb_reader_init(&g_reader, fv, dg, path, legacy);
     size_t total = 0;
@@ -54,8 +63,11 @@ int lb_read_limits_file(const char *path, struct lb_file_vars *fv, struct lb_dia
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            lb_diag_add(dg, LB_LOG_WARN, 0, 0, "%s: read error (errno %d) after %zu bytes", path, errno, total);
-            break;
+            char cause[96];
+            int e = errno;
+            close(fd);
+            lb_fmt(cause, sizeof cause, "read error after %zu bytes (%s)", total, strerror(e));
+            return unusable(dg, path, cause);
         }
         if (n == 0)
             break;
@@ -80,7 +92,19 @@ void lb_config_load(void)
 #ifndef LIMITBED_LEGACY_HAMI_V2_10
     /* The file first, before anything else is decided (region path, limits, log level). */
     have = lb_read_limits_file(LB_OVERRIDE_FILE, &g_file_vars, &lb_init_diags, 0);
-    lb_resolve(have ? &g_file_vars : NULL, env_lookup, NULL, 0, &lb_cfg, &lb_init_diags);
+    if (have < 0) {
+        /* File mode without its file: nothing may come from the environment but the log level,
+         * and every device refuses (limit 0); there is no cache path to join either. */
+        static char why[sizeof lb_cfg.unusable];
+        lb_fmt(why, sizeof why, "%s", lb_init_diags.n ? lb_init_diags.d[lb_init_diags.n - 1].msg : LB_OVERRIDE_FILE);
+        memset(&g_file_vars, 0, sizeof g_file_vars);
+        lb_resolve(&g_file_vars, env_lookup, NULL, 0, &lb_cfg, &lb_init_diags);
+        for (int i = 0; i < LB_MAX_DEVICES; i++)
+            lb_cfg.mem_limit[i] = 0;
+        memcpy(lb_cfg.unusable, why, sizeof why);
+    } else {
+        lb_resolve(have ? &g_file_vars : NULL, env_lookup, NULL, 0, &lb_cfg, &lb_init_diags);
+    }
 #else
     /* v2.10: the environment only; the file is applied at NVML initialization (see nvml.c). */
     (void)have;
@@ -95,7 +119,7 @@ void lb_config_load(void)
 void lb_legacy_apply_file(void)
 {
     struct lb_diags dg = {0};
-    if (!lb_read_limits_file(LB_OVERRIDE_FILE, &g_file_vars, &dg, 1))
+    if (lb_read_limits_file(LB_OVERRIDE_FILE, &g_file_vars, &dg, 1) != 1)
         return;
     char name[64], val[LB_LINE_MAX];
     for (int var = 0; var < LB_VAR_COUNT; var++) {

@@ -11,7 +11,8 @@
 #define LB_READ_CHUNK 65536u
 
 /* Read `path` through the streaming reader into fv (open/read into a static buffer).
- * Returns 1 if the file was read (even partly), 0 if absent/unusable (diagnostic added).
+ * Returns 1 if the file was read (even partly), 0 if it is absent (ENOENT, ENOTDIR: environment
+ * mode), -1 if it is there but cannot be read (an ERROR diagnostic names the cause).
  * Not thread-safe (static buffer): called from the one-time initialization only. */
 int lb_read_limits_file(const char *path, struct lb_file_vars *fv, struct lb_diags *dg, int legacy);
 

@@ -13,26 +13,49 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#define LB_CTX_MAX_ORD 16 /* the limiter's per-device arrays (limitbed/region.h's 16 devices) */
+
 struct lb_dev_cache {
-    unsigned long epoch; /* == lb_ctx_epoch: dev and ctx are valid (0 never is: the epoch starts at 1) */
-    int dev;
-    uintptr_t ctx; /* the current context: what owns the allocations made now */
+    unsigned long epoch; /* == lb_ctx_epoch: the rest is valid (0 never is: the epoch starts at 1) */
+    int ord;             /* the CUDA ordinal */
+    int phys;            /* its physical GPU (devmap.h): the region's and the limits file's index */
+    uintptr_t ctx;       /* the current context: what owns the allocations made now */
 };
 
 extern _Atomic unsigned long lb_ctx_epoch;
 extern _Thread_local struct lb_dev_cache lb_tls_dev __attribute__((tls_model("initial-exec")));
 
-int lb_cur_device_slow(int *dev);
+/* Fills the cache; 0, or -1 without a current context. */
+int lb_cur_slow(void);
 
-/* 0 and *dev = the CUDA ordinal of the current context; -1 if there is none (or it is out of the
- * region's range): the caller then passes the call through uncharged. */
+static inline int lb_cur_fresh(void)
+{
+    return __builtin_expect(lb_tls_dev.epoch == atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed), 1) ||
+           lb_cur_slow() == 0;
+}
+
+/* The compute limiter's view: 0 and *dev = the CUDA ordinal of the current context; -1 if there is
+ * none, or it is beyond the region's per-device arrays (launch.c passes the launch through). */
 static inline int lb_cur_device(int *dev)
 {
-    if (__builtin_expect(lb_tls_dev.epoch == atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed), 1)) {
-        *dev = lb_tls_dev.dev;
-        return 0;
-    }
-    return lb_cur_device_slow(dev);
+    if (!lb_cur_fresh() || lb_tls_dev.ord >= LB_CTX_MAX_ORD)
+        return -1;
+    *dev = lb_tls_dev.ord;
+    return 0;
+}
+
+/* Memory's view: 0 and *phys = the current context's GPU (its region index) and *ord its CUDA
+ * ordinal; LB_CUR_NONE without a current context (the driver refuses the call itself);
+ * LB_CUR_UNKNOWN when the GPU cannot be told or is beyond the region's 16 (refuse). */
+#define LB_CUR_NONE (-1)
+#define LB_CUR_UNKNOWN (-2)
+static inline int lb_cur_mem(int *phys, int *ord)
+{
+    if (!lb_cur_fresh())
+        return LB_CUR_NONE;
+    *ord = lb_tls_dev.ord;
+    *phys = lb_tls_dev.phys;
+    return *phys >= 0 ? 0 : LB_CUR_UNKNOWN;
 }
 
 /* The current context, valid after lb_cur_device returned 0. */

@@ -25,12 +25,14 @@ static LB_NOSAN int interposable(const char *n)
     return (n[0] == 'c' && n[1] == 'u') || (n[0] == 'n' && n[1] == 'v' && n[2] == 'm' && n[3] == 'l');
 }
 
-/* Our wrapper for a driver name the driver has; LB_JUMP for everything else. */
-__attribute__((visibility("hidden"))) LB_NOSAN void *lb_dlsym_decide(void *handle, const char *name)
+/* Our wrapper for a driver name the driver has; LB_JUMP for everything else. ra: dlsym's caller.
+ * While the guard is up only the driver's own lookups are transparent: a signal handler that
+ * interrupted a hook gets the wrapper, as at any other time. */
+__attribute__((visibility("hidden"))) LB_NOSAN void *lb_dlsym_decide(void *handle, const char *name, const void *ra)
 {
     if (!lb_dlsym_real)
         lb_dlsym_real = (void *)lb_real_dlsym_fn();
-    if (!interposable(name) || lb_guard)
+    if (!interposable(name) || (lb_guard && lb_from_driver(ra)))
         return LB_JUMP;
     /* A driver name: RTLD_NEXT from us finds the driver as it would from the program. */
     void *p = lb_real_dlsym(handle, name);
@@ -48,6 +50,7 @@ __asm__(".text\n"
         "    push %rdi\n"
         "    push %rsi\n"
         "    sub $8, %rsp\n"
+        "    mov 24(%rsp), %rdx\n" /* our caller's return address */
         "    call lb_dlsym_decide\n"
         "    add $8, %rsp\n"
         "    pop %rsi\n"
@@ -64,6 +67,7 @@ __asm__(".text\n"
         "dlsym:\n"
         "    stp x29, x30, [sp, #-32]!\n"
         "    stp x0, x1, [sp, #16]\n"
+        "    mov x2, x30\n" /* our caller's return address */
         "    bl lb_dlsym_decide\n"
         "    mov x9, x0\n"
         "    ldp x0, x1, [sp, #16]\n"
@@ -79,7 +83,7 @@ __asm__(".text\n"
 #else
 LB_EXPORT void *dlsym(void *handle, const char *name)
 {
-    void *w = lb_dlsym_decide(handle, name);
+    void *w = lb_dlsym_decide(handle, name, __builtin_return_address(0));
     return w == LB_JUMP ? lb_real_dlsym(handle, name) : w;
 }
 #endif

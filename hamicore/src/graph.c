@@ -13,15 +13,19 @@
  * after a launch, dropped by cuMemFree/cuMemFreeAsync, by another graph's free node, or with
  * their context. A graph of more than 8 memory nodes of one kind to follow, or launched while
  * 1024 such allocations are live, is pre-checked by the driver's "used" figure instead (refused
- * early rather than late); graphs of more than 1024 nodes, or beyond 1024 executable graphs with
- * memory nodes, are not pre-checked (logged once). Their memory is charged after each launch
- * either way, from the driver's reserve.
+ * early rather than late), and so is every later graph of its device in the process. A graph of
+ * any number of nodes is read (more than 1024: into memory mapped for it); one that cannot be read,
+ * or beyond 1024 live executable graphs with memory nodes, is not instantiated
+ * (CUDA_ERROR_OUT_OF_MEMORY): its launches could not be checked. Memory is charged after each
+ * launch either way, from the driver's reserve.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "context.h"
+#include "devmap.h"
 #include "graph.h"
 #include "init.h"
 #include "limiter.h"
@@ -44,7 +48,8 @@ struct ptr_size {
 struct exec_rec {
     CUgraphExec x;
     uint64_t bytes; /* all its allocation nodes */
-    int dev;
+    int dev;        /* the CUDA ordinal its allocation nodes are on (the driver's calls) */
+    int phys;       /* its GPU (the region's index), -1: not known */
     int opaque;     /* too many memory nodes to follow: pre-checked by the driver's figure */
     int nesc, nfree;
     struct ptr_size esc[MAX_ESC]; /* allocated by the graph, not freed by it */
@@ -78,7 +83,13 @@ static void child(void)
 }
 static void __attribute__((constructor(101))) graph_register_fork(void) { pthread_atfork(prepare, parent, child); }
 
-static int enforcing(void) { return !lb_guard && lb_active(); }
+/* 1 enforce, 0 pass through, -1 a signal handler inside one of our hooks (guard.h). */
+static int enforcing(const void *ra)
+{
+    if (lb_guard)
+        return lb_guarded(ra);
+    return lb_active();
+}
 
 static void __attribute__((noinline, cold)) log_once(const char *what)
 {
@@ -94,21 +105,44 @@ static int has_ptr(const CUdeviceptr *v, int n, CUdeviceptr p)
     return 0;
 }
 
-/* Read the memory nodes of g and remember them for x. Runs with the guard up. */
-static void remember(CUgraphExec x, CUgraph g)
+static int remember_nodes(CUgraphExec x, const CUgraphNode *buf, size_t n, __typeof__(&cuGraphNodeGetType) type,
+                          __typeof__(&cuGraphMemAllocNodeGetParams) aparams,
+                          __typeof__(&cuGraphMemFreeNodeGetParams) fparams);
+
+/* Read the memory nodes of g and remember them for x; 0, or -1 when the graph cannot be read or
+ * remembered (the instantiation is then refused: a graph whose memory nodes are not known
+ * could not be checked at its launch). Runs with the guard up. */
+static int remember(CUgraphExec x, CUgraph g)
 {
     __typeof__(&cuGraphGetNodes) nodes = LB_REAL(cuGraphGetNodes);
     __typeof__(&cuGraphNodeGetType) type = LB_REAL(cuGraphNodeGetType);
     __typeof__(&cuGraphMemAllocNodeGetParams) aparams = LB_REAL(cuGraphMemAllocNodeGetParams);
     __typeof__(&cuGraphMemFreeNodeGetParams) fparams = LB_REAL(cuGraphMemFreeNodeGetParams);
-    CUgraphNode buf[MAX_NODES];
-    size_t n = MAX_NODES;
+    CUgraphNode small[MAX_NODES], *buf = small;
+    size_t n = MAX_NODES, big = 0;
     if (!nodes || !type || !aparams || nodes(g, buf, &n) != CUDA_SUCCESS)
-        return;
+        return -1;
     if (n > MAX_NODES) {
-        log_once("a graph of more than 1024 nodes");
-        return;
+        /* A large graph: its node list in memory of its own (mmap: no malloc in a hook). */
+        big = n * sizeof *buf;
+        buf = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t got = n;
+        if (buf == MAP_FAILED || nodes(g, buf, &got) != CUDA_SUCCESS || got != n) {
+            if (buf != MAP_FAILED)
+                munmap(buf, big);
+            return -1;
+        }
     }
+    int rc = remember_nodes(x, buf, n, type, aparams, fparams);
+    if (big)
+        munmap(buf, big);
+    return rc;
+}
+
+static int remember_nodes(CUgraphExec x, const CUgraphNode *buf, size_t n, __typeof__(&cuGraphNodeGetType) type,
+                          __typeof__(&cuGraphMemAllocNodeGetParams) aparams,
+                          __typeof__(&cuGraphMemFreeNodeGetParams) fparams)
+{
     struct exec_rec e = {.x = x, .dev = -1, .opaque = !fparams};
     struct ptr_size allocs[MAX_ESC];
     CUdeviceptr frees[MAX_ESC];
@@ -116,11 +150,11 @@ static void remember(CUgraphExec x, CUgraph g)
     for (size_t i = 0; i < n; i++) {
         CUgraphNodeType t;
         if (type(buf[i], &t) != CUDA_SUCCESS)
-            continue;
+            return -1;
         if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
             CUDA_MEM_ALLOC_NODE_PARAMS p;
             if (aparams(buf[i], &p) != CUDA_SUCCESS)
-                continue;
+                return -1;
             e.bytes += p.bytesize;
             e.dev = p.poolProps.location.id;
             if (na < MAX_ESC)
@@ -130,7 +164,7 @@ static void remember(CUgraphExec x, CUgraph g)
         } else if (t == CU_GRAPH_NODE_TYPE_MEM_FREE && fparams) {
             CUdeviceptr p;
             if (fparams(buf[i], &p) != CUDA_SUCCESS)
-                continue;
+                return -1;
             if (nf < MAX_ESC)
                 frees[nf++] = p;
             else
@@ -149,14 +183,19 @@ static void remember(CUgraphExec x, CUgraph g)
     }
     if (e.opaque)
         log_once("a graph of more than 8 allocation or free nodes");
-    if ((!e.bytes && !e.nfree) || e.dev < -1 || e.dev >= LB_REGION_MAX_DEVICES)
-        return;
-    pthread_mutex_lock(&g_mu);
-    if (g_nexecs < MAX_EXECS)
+    if (!e.bytes && !e.nfree)
+        return 0;
+    e.phys = e.dev >= 0 ? lb_phys_index(e.dev) : -1;
+    if (e.phys >= LB_REGION_MAX_DEVICES)
+        e.phys = -1;
+    lb_lock(&g_mu);
+    int ok = g_nexecs < MAX_EXECS;
+    if (ok)
         g_execs[g_nexecs++] = e;
-    else
-        log_once("more than 1024 executable graphs with memory nodes");
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
+    if (!ok)
+        LB_WARN("graph instantiation refused: more than %d live executable graphs with memory nodes", MAX_EXECS);
+    return ok ? 0 : -1;
 }
 
 /* Under g_mu. */
@@ -179,61 +218,62 @@ static int live_drop_locked(CUdeviceptr p)
 /* After a successful launch of e: its escaping allocations are live, its foreign frees done. */
 static void launched(const struct exec_rec *e)
 {
-    if (!e->nfree && !e->nesc)
+    if (!e->nfree && !e->nesc && !e->opaque)
         return; /* the common captured graph: allocates and frees within itself */
-    int dev;
-    uintptr_t ctx = lb_cur_device(&dev) == 0 ? lb_cur_ctx() : 0;
-    pthread_mutex_lock(&g_mu);
+    uintptr_t ctx = lb_cur_fresh() ? lb_cur_ctx() : 0;
+    lb_lock(&g_mu);
+    if (e->opaque && e->phys >= 0)
+        g_live_lost[e->phys] = 1; /* allocations it leaves live are not all known: the driver's figure from now on */
     for (int i = 0; i < e->nfree; i++)
         (void)live_drop_locked(e->frees[i]);
     for (int i = 0; i < e->nesc; i++) {
-        if (e->dev < 0)
+        if (e->phys < 0)
             break;
         (void)live_drop_locked(e->esc[i].p); /* a relaunch after its free: the same address again */
         if (g_nlive == MAX_LIVE) {
-            g_live_lost[e->dev] = 1;
+            g_live_lost[e->phys] = 1;
             log_once("more than 1024 live graph allocations");
             break;
         }
-        g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->dev, ctx};
-        g_live_bytes[e->dev] += e->esc[i].size;
+        g_live[g_nlive++] = (struct live){e->esc[i].p, e->esc[i].size, e->phys, ctx};
+        g_live_bytes[e->phys] += e->esc[i].size;
     }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 void lb_graph_ptr_freed(CUdeviceptr p)
 {
     if (!atomic_load_explicit(&g_nlive, memory_order_relaxed))
         return;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     (void)live_drop_locked(p);
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 void lb_graph_ctx_gone(uintptr_t ctx)
 {
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < g_nlive;)
         if (g_live[i].ctx == ctx)
             live_drop_at(i);
         else
             i++;
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
 }
 
 /* Bytes of graph allocations live outside their graphs on dev; UINT64_MAX: not known. */
 static uint64_t live_bytes(const struct exec_rec *e)
 {
-    pthread_mutex_lock(&g_mu);
-    uint64_t v = e->opaque || g_live_lost[e->dev] ? UINT64_MAX : g_live_bytes[e->dev];
-    pthread_mutex_unlock(&g_mu);
+    lb_lock(&g_mu);
+    uint64_t v = e->opaque || g_live_lost[e->phys] ? UINT64_MAX : g_live_bytes[e->phys];
+    lb_unlock(&g_mu);
     return v;
 }
 
 static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
 {
     int found = 0;
-    pthread_mutex_lock(&g_mu);
+    lb_lock(&g_mu);
     for (int i = 0; i < g_nexecs; i++)
         if (g_execs[i].x == x) {
             *out = g_execs[i];
@@ -242,7 +282,7 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
             found = 1;
             break;
         }
-    pthread_mutex_unlock(&g_mu);
+    lb_unlock(&g_mu);
     return found;
 }
 
@@ -251,16 +291,32 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
     if (!real)                                                                                                      \
         return CUDA_ERROR_NOT_FOUND
 
-/* Instantiation may upload (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD): settled afterwards. */
-static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g)
+static CUresult refuse_exec(CUgraphExec x, CUresult why)
 {
+    __typeof__(&cuGraphExecDestroy) destroy = LB_REAL(cuGraphExecDestroy);
+    if (destroy) {
+        lb_guard_enter();
+        (void)destroy(x);
+        lb_guard_leave();
+    }
+    return why;
+}
+
+/* Instantiation may upload (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD): settled afterwards. */
+static CUresult instantiated(CUresult r, CUgraphExec *px, CUgraph g, const void *ra)
+{
+    int en = enforcing(ra);
+    if (r == CUDA_SUCCESS && px && en < 0)
+        return refuse_exec(*px, CUDA_ERROR_NOT_PERMITTED); /* a graph we could not read */
     if (r == CUDA_SUCCESS && px)
         lb_graph_work_note(*px, g); /* its kernels, for the compute limit */
-    if (r != CUDA_SUCCESS || !px || !enforcing())
+    if (r != CUDA_SUCCESS || !px || en <= 0)
         return r;
     lb_guard_enter();
-    remember(*px, g);
+    int known = remember(*px, g);
     lb_guard_leave();
+    if (known != 0)
+        return refuse_exec(*px, CUDA_ERROR_OUT_OF_MEMORY);
     struct exec_rec e;
     if (lookup(*px, &e, 0))
         lb_graph_settle(e.dev);
@@ -273,7 +329,7 @@ LB_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *px, CUgraph g, unsig
     lb_guard_enter();
     CUresult r = real(px, g, flags);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
@@ -282,7 +338,7 @@ CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err,
     lb_guard_enter();
     CUresult r = real(px, g, err, log, n);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
@@ -291,7 +347,7 @@ LB_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode
     lb_guard_enter();
     CUresult r = real(px, g, err, log, n);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void *params)
@@ -300,17 +356,21 @@ LB_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *px, CUgraph g, void
     lb_guard_enter();
     CUresult r = real(px, g, params);
     lb_guard_leave();
-    return instantiated(r, px, g);
+    return instantiated(r, px, g, __builtin_return_address(0));
 }
 
 /* Upload and launch: refused when the pool's possible growth does not fit. */
-static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api, int launch)
+static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUstream), const char *api, int launch,
+                    const void *ra)
 {
     struct exec_rec e;
-    if (!enforcing() || !lookup(x, &e, 0))
+    int en = enforcing(ra);
+    if (en < 0)
+        return CUDA_ERROR_NOT_PERMITTED; /* its memory could not be checked here */
+    if (!en || !lookup(x, &e, 0))
         return call(x, s);
     CUresult r;
-    if (!e.bytes || e.dev < 0) { /* only frees: nothing to check */
+    if (!e.bytes) { /* only frees: nothing to check */
         lb_guard_enter();
         r = call(x, s);
         lb_guard_leave();
@@ -322,17 +382,21 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
         lb_log_no_region(api);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (e.phys < 0) {
+        LB_WARN("%s: CUDA device %d: graph memory refused: the library cannot tell which GPU it is", api, e.dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uint64_t growth = lb_graph_growth(e.dev, e.bytes, live_bytes(&e));
-    if (!lb_region_reserve(e.dev, growth) && !(lb_reserve_settle_all(e.dev) && lb_region_reserve(e.dev, growth))) {
+    if (!lb_region_reserve(e.phys, growth) && !(lb_reserve_settle_all(e.phys) && lb_region_reserve(e.phys, growth))) {
         LB_WARN("%s: device %d: graph memory of %llu bytes refused: the container uses %llu of its %llu-byte limit", api,
-                e.dev, (unsigned long long)e.bytes, (unsigned long long)lb_region_usage(e.dev),
-                (unsigned long long)lb_region_limit(e.dev));
+                e.dev, (unsigned long long)e.bytes, (unsigned long long)lb_region_usage(e.phys),
+                (unsigned long long)lb_region_limit(e.phys));
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     lb_guard_enter();
     r = call(x, s);
     lb_guard_leave();
-    lb_region_release(e.dev, growth);
+    lb_region_release(e.phys, growth);
     lb_graph_settle(e.dev);
     if (r == CUDA_SUCCESS && launch)
         launched(&e);
@@ -343,33 +407,33 @@ LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1);
+    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
     lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1);
+    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphUpload(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload);
-    return run(x, s, real, "cuGraphUpload", 0);
+    return run(x, s, real, "cuGraphUpload", 0, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphUpload_ptsz);
-    return run(x, s, real, "cuGraphUpload", 0);
+    return run(x, s, real, "cuGraphUpload", 0, __builtin_return_address(0));
 }
 
 LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
 {
     REAL_OR_FAIL(cuGraphExecDestroy);
     struct exec_rec e;
-    int known = enforcing() && lookup(x, &e, 1);
+    int known = enforcing(__builtin_return_address(0)) > 0 && lookup(x, &e, 1);
     lb_graph_work_forget(x);
     CUresult r = real(x);
     if (known)
@@ -380,7 +444,7 @@ LB_EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
 LB_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
 {
     REAL_OR_FAIL(cuDeviceGraphMemTrim);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(dev);
     lb_guard_enter();
     CUresult r = real(dev);

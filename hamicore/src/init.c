@@ -69,10 +69,10 @@ int lb_active_slow(void)
     if (lb_guard)
         return 0;
     if (atomic_load_explicit(&lb_state, memory_order_acquire) != LB_STATE_ENFORCE) {
-        pthread_mutex_lock(&g_init_mu);
+        lb_lock(&g_init_mu);
         if (atomic_load_explicit(&lb_state, memory_order_relaxed) != LB_STATE_ENFORCE)
             init_once();
-        pthread_mutex_unlock(&g_init_mu);
+        lb_unlock(&g_init_mu);
     }
     return atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE;
 }

@@ -111,6 +111,7 @@ struct lb_config {
     int8_t log_level;
     int32_t priority;
     uint32_t format;  /* HAMI_LIMITS_FORMAT, 0 = not given */
+    char unusable[320]; /* set: /overrideEnv exists but cannot be read (why); every allocation is refused */
 };
 
 typedef const char *(*lb_getenv_fn)(const char *name, void *ctx);

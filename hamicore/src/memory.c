@@ -4,143 +4,51 @@
  * reservation is atomic across threads and processes (region.c), and rolled back if the driver
  * fails. Over the limit, CUDA_ERROR_OUT_OF_MEMORY is returned without calling the driver.
  *
- * Frees are matched through per-process tables value -> (size, device) in static memory: open
- * addressing, lock-free (CAS on the key), tombstones on removal, no allocation. Freeing an unknown
- * pointer is passed to the driver unchanged (its error, not ours).
+ * Frees are matched through per-process tables (charge.h). Freeing an unknown pointer is passed to
+ * the driver unchanged (its error, not ours).
  *
  * Only what the process allocates through these APIs is counted: context, module and driver
  * overheads are not, so a limit means the same number of bytes on every driver (docs/hamicore.md).
  */
-#include "memory.h"
-
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "context.h"
+#include "charge.h"
+#include "devmap.h"
 #include "graph.h"
-#include "init.h"
 #include "log.h"
-#include "region.h"
-#include "reserve.h"
-#include "symbols.h"
-
-#define K_EMPTY 0u
-#define K_TOMB 1u
-#define K_BUSY 2u /* claimed, being written: not an entry yet */
-#define K_BIAS 3u /* key = value + K_BIAS */
-
-/* kind: how the entry's bytes are charged. */
-enum { E_DIRECT = 0, E_POOL = 1 };
-
-struct entry {
-    _Atomic uint64_t key; /* value + K_BIAS; K_EMPTY / K_TOMB / K_BUSY */
-    _Atomic uint64_t size;
-    _Atomic uint64_t owner; /* E_DIRECT: the context it was allocated in; E_POOL: the pool */
-    _Atomic int32_t dev;
-    _Atomic int32_t kind;
-};
-
-/* Constant descriptors, so that the inlined lookups see the table size as a constant. */
-struct table {
-    struct entry *e;
-    uint32_t bits;
-    const char *what;
-    _Atomic int *full_logged;
-};
-
-static struct entry g_ptr_e[1u << 16], g_array_e[1u << 12];
-static _Atomic int g_full_logged[2];
-static const struct table g_ptrs = {g_ptr_e, 16, "device pointers", &g_full_logged[0]};
-static const struct table g_arrays = {g_array_e, 12, "CUDA arrays", &g_full_logged[1]};
-
-static inline uint32_t slot_of(const struct table *t, uint64_t k)
-{
-    return (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> (64 - t->bits));
-}
-
-static void __attribute__((noinline, cold)) log_full(const struct table *t)
-{
-    if (!atomic_exchange(t->full_logged, 1))
-        LB_ERROR("more than %u live %s: further ones stay charged until the process exits", 1u << t->bits, t->what);
-}
-
-/* An entry is published only complete: the slot is claimed (K_BUSY) before its fields are
- * written, and its key is stored last, with release order. A racing thread that sees K_BUSY
- * moves on; no one can overwrite a live entry's fields. */
-static inline int track(const struct table *t, uint64_t value, uint64_t size, int dev, uint64_t owner, int kind)
-{
-    uint64_t k = value + K_BIAS;
-    if (k < K_BIAS)
-        return -1;
-    uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
-    for (uint32_t i = 0; i <= mask; i++) {
-        struct entry *e = &t->e[(h + i) & mask];
-        uint64_t cur = atomic_load_explicit(&e->key, memory_order_relaxed);
-        if (cur != K_EMPTY && cur != K_TOMB)
-            continue;
-        if (!atomic_compare_exchange_strong_explicit(&e->key, &cur, K_BUSY, memory_order_acquire, memory_order_relaxed))
-            continue;
-        atomic_store_explicit(&e->size, size, memory_order_relaxed);
-        atomic_store_explicit(&e->owner, owner, memory_order_relaxed);
-        atomic_store_explicit(&e->dev, dev, memory_order_relaxed);
-        atomic_store_explicit(&e->kind, kind, memory_order_relaxed);
-        atomic_store_explicit(&e->key, k, memory_order_release);
-        return 0;
-    }
-    log_full(t);
-    return -1;
-}
-
-struct found {
-    uint64_t size, owner;
-    int dev, kind;
-};
-
-static inline int untrack(const struct table *t, uint64_t value, struct found *f)
-{
-    uint64_t k = value + K_BIAS;
-    if (k < K_BIAS)
-        return 0;
-    uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
-    for (uint32_t i = 0; i <= mask; i++) {
-        struct entry *e = &t->e[(h + i) & mask];
-        uint64_t cur = atomic_load_explicit(&e->key, memory_order_acquire);
-        if (cur == K_EMPTY)
-            return 0;
-        if (cur != k)
-            continue;
-        f->size = atomic_load_explicit(&e->size, memory_order_relaxed);
-        f->owner = atomic_load_explicit(&e->owner, memory_order_relaxed);
-        f->dev = atomic_load_explicit(&e->dev, memory_order_relaxed);
-        f->kind = atomic_load_explicit(&e->kind, memory_order_relaxed);
-        if (atomic_compare_exchange_strong(&e->key, &cur, K_TOMB))
-            return 1;
-        return 0; /* freed concurrently by another thread: the other one accounts it */
-    }
-    return 0;
-}
 
 /* fork: the parent's allocations are not the child's to free. Clearing 1.7 MB of tables in every
  * child would cost each DataLoader-style worker that never touches CUDA; instead the child marks
  * them stale and the first of its own CUDA calls that reaches a table clears them, once. */
-static _Atomic int g_stale;
+struct entry lb_ptr_e[1u << LB_PTR_BITS], lb_array_e[1u << LB_ARRAY_BITS];
+_Atomic int lb_full_logged[2];
+_Atomic uint32_t lb_table_live[2];
+_Atomic int lb_mem_stale;
 static pthread_once_t g_clear_once = PTHREAD_ONCE_INIT;
 
 static void clear_tables(void)
 {
-    memset(g_ptr_e, 0, sizeof g_ptr_e);
-    memset(g_array_e, 0, sizeof g_array_e);
-    atomic_store_explicit(&g_stale, 0, memory_order_release);
+    memset(lb_ptr_e, 0, sizeof lb_ptr_e);
+    memset(lb_array_e, 0, sizeof lb_array_e);
+    atomic_store(&lb_table_live[0], 0);
+    atomic_store(&lb_table_live[1], 0);
+    atomic_store_explicit(&lb_mem_stale, 0, memory_order_release);
 }
 
-static void __attribute__((noinline, cold)) clear_stale(void) { pthread_once(&g_clear_once, clear_tables); }
+void lb_mem_clear_stale(void)
+{
+    lb_guard_enter(); /* guard.h: a signal handler arriving meanwhile must not wait for the once */
+    pthread_once(&g_clear_once, clear_tables);
+    lb_guard_leave();
+}
 
 static void fork_child(void)
 {
     g_clear_once = (pthread_once_t)PTHREAD_ONCE_INIT;
-    atomic_store_explicit(&g_stale, 1, memory_order_relaxed);
+    atomic_store_explicit(&lb_mem_stale, 1, memory_order_relaxed);
 }
 
 /* Registration only (no work): handlers must exist before the first fork, even one racing with
@@ -150,6 +58,10 @@ static void __attribute__((constructor(101))) memory_register_fork(void) { pthre
 /* Every entry the destroyed context owned: the driver freed it. */
 void lb_memory_ctx_gone(uintptr_t ctx)
 {
+    /* A forked child's tables are its parent's until cleared: none of that is the child's to free
+     * (the child's contexts can even have the same handles as the parent's). */
+    if (atomic_load_explicit(&lb_mem_stale, memory_order_acquire))
+        lb_mem_clear_stale();
     const struct table *ts[2] = {&g_ptrs, &g_arrays};
     for (int t = 0; t < 2; t++) {
         uint32_t n = 1u << ts[t]->bits;
@@ -161,45 +73,38 @@ void lb_memory_ctx_gone(uintptr_t ctx)
                 continue;
             uint64_t size = atomic_load_explicit(&e->size, memory_order_relaxed);
             int dev = atomic_load_explicit(&e->dev, memory_order_relaxed);
-            if (atomic_compare_exchange_strong(&e->key, &cur, K_TOMB))
+            if (atomic_compare_exchange_strong(&e->key, &cur, K_TOMB)) {
+                table_give(ts[t]);
                 lb_region_release(dev, size);
+            }
         }
     }
 }
 
-/* The shape every allocation wrapper shares:
- *     st = charge_*(&c, ...)        pass through uncharged / refused / reserved
- *     guarded driver call           (lb_guard_enter/leave around it)
- *     return charge_settle(...)     roll back on failure, track the new handle on success
- * The driver is called with the reentrancy guard up: a driver whose entry points call each other
- * through their exported names (e.g. an _ptsz variant calling the plain one) reaches our wrappers
- * again, and those must pass straight through instead of counting twice. */
-enum { CH_PASS, CH_REFUSED, CH_HELD };
-
-struct charge {
-    int dev;
-    uint64_t bytes;
-    uint64_t owner;
-    int kind;
-};
-
-static inline int enforcing(void)
+void lb_table_log_full(const struct table *t)
 {
-    if (lb_guard || !lb_active())
-        return 0;
-    if (__builtin_expect(atomic_load_explicit(&g_stale, memory_order_acquire), 0))
-        clear_stale();
-    return 1;
+    if (!atomic_exchange(t->full_logged, 1))
+        LB_ERROR("more than %u live %s: further ones are refused", (1u << t->bits) / 8 * 7, t->what);
+}
+
+void lb_log_reentered(const char *api)
+{
+    static _Atomic int logged;
+    if (!atomic_exchange(&logged, 1))
+        LB_WARN("%s: refused: called while this thread was inside another CUDA call of the library (a signal "
+                "handler?), where it cannot be charged",
+                api);
 }
 
 void lb_log_no_region(const char *api)
 {
     static _Atomic int logged;
     if (!atomic_exchange(&logged, 1))
-        LB_ERROR("%s: no usage region could be attached (not even a private one): every allocation is refused", api);
+        LB_ERROR("%s: refused, as every allocation of this process: %s", api,
+                 lb_region_refusal ? lb_region_refusal : "no usage region could be attached");
 }
 
-static void __attribute__((noinline, cold)) log_refusal(const char *api, int dev, uint64_t bytes)
+void lb_log_refusal(const char *api, int dev, uint64_t bytes)
 {
     /* Read again for the message only: other processes may have moved since the refusal. */
     LB_WARN("%s: device %d: %llu bytes refused: the container uses %llu of its %llu-byte limit", api, dev,
@@ -207,155 +112,10 @@ static void __attribute__((noinline, cold)) log_refusal(const char *api, int dev
             (unsigned long long)lb_region_limit(dev));
 }
 
-/* Reserve on a known device. */
-static inline int charge_dev(struct charge *c, const char *api, int dev, uint64_t bytes)
+void lb_log_unplaced(const char *api)
 {
-    c->dev = dev;
-    c->bytes = bytes;
-    c->owner = 0;
-    c->kind = E_DIRECT;
-    if (__builtin_expect(!lb_region, 0)) {
-        lb_log_no_region(api);
-        return CH_REFUSED;
-    }
-    if (lb_region_reserve(dev, bytes))
-        return CH_HELD;
-    /* Pools and graphs are charged by what the driver holds reserved, read at their own calls;
-     * memory they gave back since (at a synchronisation) may be what is in the way. */
-    if (lb_reserve_settle_all(dev) && lb_region_reserve(dev, bytes))
-        return CH_HELD;
-    log_refusal(api, dev, bytes);
-    return CH_REFUSED;
-}
-
-/* Reserve on the device of the current context; no context: pass through (the driver refuses). */
-static inline int charge_cur(struct charge *c, const char *api, uint64_t bytes)
-{
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0)
-        return CH_PASS;
-    int st = charge_dev(c, api, dev, bytes);
-    c->owner = lb_cur_ctx();
-    return st;
-}
-
-static inline CUresult charge_settle(const struct charge *c, const struct table *t, CUresult r, uint64_t value)
-{
-    if (r != CUDA_SUCCESS)
-        lb_region_release(c->dev, c->bytes);
-    else
-        (void)track(t, value, c->bytes, c->dev, c->owner, c->kind); /* full: stays charged (never under-counted) */
-    return r;
-}
-
-/* Frees: 1 if the value was ours to account (then the driver is called guarded). */
-static inline int uncharge_begin(struct charge *c, const struct table *t, uint64_t value)
-{
-    struct found f;
-    if (!enforcing() || !untrack(t, value, &f))
-        return 0;
-    c->bytes = f.size, c->dev = f.dev, c->owner = f.owner, c->kind = f.kind;
-    return 1;
-}
-
-static inline CUresult uncharge_settle(const struct charge *c, const struct table *t, uint64_t value, CUresult r)
-{
-    if (r != CUDA_SUCCESS)
-        (void)track(t, value, c->bytes, c->dev, c->owner, c->kind); /* still allocated */
-    else if (c->kind == E_POOL)
-        lb_pool_settle((CUmemoryPool)(uintptr_t)c->owner, c->dev); /* back to its pool */
-    else
-        lb_region_release(c->dev, c->bytes);
-    return r;
-}
-
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
-
-/* Stream-ordered allocations come out of a pool, which the driver grows and keeps reserved by
- * its release threshold: they are charged by the pool's reserve (reserve.c), refused before the
- * driver call when the growth they may cause does not fit. On a capturing stream the driver
- * records a graph node instead: charged when the graph launches. */
-typedef CUresult (*pool_call)(CUdeviceptr *, size_t, CUmemoryPool, CUstream, void *);
-
-static CUresult pool_alloc(const char *api, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
-                           pool_call call, void *real)
-{
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0 || lb_stream_capturing(s))
-        return call(dptr, bytes, pool, s, real);
-    CUmemoryPool from = pool;
-    __typeof__(&cuDeviceGetMemPool) getpool = LB_REAL(cuDeviceGetMemPool);
-    if (!from && (!getpool || getpool(&from, dev) != CUDA_SUCCESS))
-        from = NULL;
-    struct charge c;
-    uint64_t growth = from ? lb_pool_growth(from, bytes) : bytes;
-    if (charge_dev(&c, api, dev, growth) != CH_HELD)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = call(dptr, bytes, pool, s, real);
-    lb_guard_leave();
-    lb_region_release(dev, growth); /* the settle below charges what the pool really took */
-    if (from)
-        lb_pool_settle(from, dev);
-    if (r == CUDA_SUCCESS && from)
-        (void)track(&g_ptrs, *dptr, 0, dev, (uintptr_t)from, E_POOL);
-    return r;
-}
-
-static CUresult call_async(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s, void *f)
-{
-    (void)p; /* the device's current pool, as the driver picks it */
-    return ((__typeof__(&cuMemAllocAsync))f)(d, n, s);
-}
-
-static CUresult call_from_pool(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s, void *f)
-{
-    return ((__typeof__(&cuMemAllocFromPoolAsync))f)(d, n, p, s);
-}
-
-LB_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemAllocAsync);
-    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
-}
-
-LB_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemAllocAsync_ptsz);
-    return pool_alloc("cuMemAllocAsync", dptr, bytesize, NULL, hStream, call_async, (void *)real);
-}
-
-LB_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemAllocFromPoolAsync);
-    if (!pool)
-        return real(dptr, bytesize, pool, hStream);
-    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
-}
-
-LB_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-                                                CUstream hStream)
-{
-    REAL_OR_FAIL(cuMemAllocFromPoolAsync_ptsz);
-    if (!pool)
-        return real(dptr, bytesize, pool, hStream);
-    return pool_alloc("cuMemAllocFromPoolAsync", dptr, bytesize, pool, hStream, call_from_pool, (void *)real);
-}
-
-LB_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
-{
-    REAL_OR_FAIL(cuMemPoolTrimTo);
-    int dev;
-    if (!enforcing() || lb_cur_device(&dev) != 0)
-        return real(pool, minBytesToKeep);
-    lb_guard_enter();
-    CUresult r = real(pool, minBytesToKeep);
-    lb_guard_leave();
-    lb_pool_settle(pool, dev);
-    return r;
+    LB_WARN("%s: CUDA device %d: refused: the library cannot tell which GPU it is, so its memory cannot be charged",
+            api, lb_tls_dev.ord);
 }
 
 static uint64_t format_bytes(CUarray_format f)
@@ -393,42 +153,107 @@ static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
     return total;
 }
 
+/* The pitch is only known afterwards: reserve width x height, then settle the difference (the
+ * v2 entry point and the legacy one with 32-bit pointers and pitch share this). */
+struct pitch_call {
+    uint64_t ptr, pitch;
+    CUresult (*call)(struct pitch_call *, void *);
+    CUresult (*free)(uint64_t);
+    void *args;
+};
+
+static CUresult pitch_alloc(struct pitch_call *pc, uint64_t width, uint64_t height, const void *ra)
+{
+    uint64_t est;
+    if (__builtin_mul_overflow(width, height, &est))
+        est = UINT64_MAX;
+    struct charge c, extra;
+    int st = charge_take(&c, &g_ptrs, "cuMemAllocPitch", est, ra);
+    if (st != CH_HELD)
+        return st == CH_PASS ? pc->call(pc, pc->args) : CUDA_ERROR_OUT_OF_MEMORY;
+    lb_guard_enter();
+    CUresult r = pc->call(pc, pc->args);
+    lb_guard_leave();
+    if (r != CUDA_SUCCESS)
+        return charge_settle(&c, &g_ptrs, r, 0);
+    uint64_t actual = pc->pitch * height;
+    if (actual > est) {
+        if (charge_dev(&extra, "cuMemAllocPitch", c.dev, actual - est) != CH_HELD) {
+            lb_guard_enter();
+            (void)pc->free(pc->ptr);
+            lb_guard_leave();
+            return charge_settle(&c, &g_ptrs, CUDA_ERROR_OUT_OF_MEMORY, 0);
+        }
+    } else if (actual < est) {
+        lb_region_release(c.dev, est - actual);
+    }
+    c.bytes = actual;
+    return charge_settle(&c, &g_ptrs, CUDA_SUCCESS, pc->ptr);
+}
+
+struct pitch_v2 {
+    CUdeviceptr *dptr;
+    size_t *pitch, w, h;
+    unsigned el;
+    __typeof__(&cuMemAllocPitch_v2) real;
+};
+
+static CUresult call_v2(struct pitch_call *pc, void *a)
+{
+    struct pitch_v2 *v = a;
+    CUresult r = v->real(v->dptr, v->pitch, v->w, v->h, v->el);
+    if (r == CUDA_SUCCESS)
+        pc->ptr = *v->dptr, pc->pitch = *v->pitch;
+    return r;
+}
+
+static CUresult free_v2(uint64_t p)
+{
+    __typeof__(&cuMemFree_v2) fr = LB_REAL(cuMemFree_v2);
+    return fr ? fr((CUdeviceptr)p) : CUDA_ERROR_NOT_FOUND;
+}
+
 LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                       unsigned int ElementSizeBytes)
 {
     REAL_OR_FAIL(cuMemAllocPitch_v2);
     if (!dptr || !pPitch)
         return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    /* The pitch is only known afterwards: reserve width x height, then settle the difference. */
-    uint64_t est;
-    if (__builtin_mul_overflow((uint64_t)WidthInBytes, (uint64_t)Height, &est))
-        est = UINT64_MAX;
-    struct charge c, extra;
-    int st = charge_cur(&c, "cuMemAllocPitch", est);
-    if (st != CH_HELD)
-        return st == CH_PASS ? real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes) : CUDA_ERROR_OUT_OF_MEMORY;
-    lb_guard_enter();
-    CUresult r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    lb_guard_leave();
-    if (r != CUDA_SUCCESS)
-        return charge_settle(&c, &g_ptrs, r, 0);
-    uint64_t actual = (uint64_t)*pPitch * Height;
-    if (actual > est) {
-        if (charge_dev(&extra, "cuMemAllocPitch", c.dev, actual - est) != CH_HELD) {
-            __typeof__(&cuMemFree_v2) fr = LB_REAL(cuMemFree_v2);
-            if (fr) {
-                lb_guard_enter();
-                (void)fr(*dptr);
-                lb_guard_leave();
-            }
-            lb_region_release(c.dev, est);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    } else if (actual < est) {
-        lb_region_release(c.dev, est - actual);
-    }
-    c.bytes = actual;
-    return charge_settle(&c, &g_ptrs, CUDA_SUCCESS, *dptr);
+    struct pitch_v2 v = {dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, real};
+    struct pitch_call pc = {0, 0, call_v2, free_v2, &v};
+    return pitch_alloc(&pc, WidthInBytes, Height, __builtin_return_address(0));
+}
+
+struct pitch_v1 {
+    CUdeviceptr_v1 *dptr;
+    unsigned *pitch, w, h, el;
+    __typeof__(&lbw_cuMemAllocPitch_v1) real;
+};
+
+static CUresult call_v1(struct pitch_call *pc, void *a)
+{
+    struct pitch_v1 *v = a;
+    CUresult r = v->real(v->dptr, v->pitch, v->w, v->h, v->el);
+    if (r == CUDA_SUCCESS)
+        pc->ptr = *v->dptr, pc->pitch = *v->pitch;
+    return r;
+}
+
+static CUresult free_v1(uint64_t p)
+{
+    __typeof__(&lbw_cuMemFree_v1) fr = LB_REAL(lbw_cuMemFree_v1);
+    return fr ? fr((CUdeviceptr_v1)p) : CUDA_ERROR_NOT_FOUND;
+}
+
+LB_EXPORT CUresult lbw_cuMemAllocPitch_v1(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                          unsigned int Height, unsigned int ElementSizeBytes)
+{
+    REAL_OR_FAIL(lbw_cuMemAllocPitch_v1);
+    if (!dptr || !pPitch)
+        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    struct pitch_v1 v = {dptr, pPitch, WidthInBytes, Height, ElementSizeBytes, real};
+    struct pitch_call pc = {0, 0, call_v1, free_v1, &v};
+    return pitch_alloc(&pc, WidthInBytes, Height, __builtin_return_address(0));
 }
 
 /* The wrappers of one shape (allocs.def). */
@@ -439,7 +264,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
         if (pass)                                                                                                   \
             return real args;                                                                                       \
         struct charge c;                                                                                            \
-        int st = charge_cur(&c, api, bytes);                                                                        \
+        int st = charge_take(&c, &table, api, bytes, __builtin_return_address(0));                                 \
         if (st != CH_HELD)                                                                                          \
             return st == CH_PASS ? real args : CUDA_ERROR_OUT_OF_MEMORY;                                            \
         lb_guard_enter();                                                                                           \
@@ -454,7 +279,7 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
         struct charge c;                                                                                            \
         if (pass)                                                                                                   \
             return real args;                                                                                       \
-        if (!uncharge_begin(&c, &table, key)) {                                                                     \
+        if (!uncharge_begin(&c, &table, key, __builtin_return_address(0))) {                                        \
             CUresult r0 = real args;                                                                                \
             if (r0 == CUDA_SUCCESS && &table == &g_ptrs)                                                            \
                 lb_graph_ptr_freed((CUdeviceptr)(key)); /* not ours: maybe a graph's allocation */                  \
@@ -472,13 +297,13 @@ LB_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t 
 LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     REAL_OR_FAIL(cuMemGetInfo_v2);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(free, total);
     lb_guard_enter();
     CUresult r = real(free, total);
     lb_guard_leave();
-    int dev;
-    if (r != CUDA_SUCCESS || lb_cur_device(&dev) != 0)
+    int dev, ord;
+    if (r != CUDA_SUCCESS || lb_cur_mem(&dev, &ord) != 0)
         return r;
     uint64_t lim = lb_region_limit(dev);
     if (lim == LB_MEM_UNLIMITED)
@@ -496,14 +321,15 @@ LB_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 LB_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     REAL_OR_FAIL(cuDeviceTotalMem_v2);
-    if (!enforcing())
+    if (enforcing(__builtin_return_address(0)) <= 0)
         return real(bytes, dev);
     lb_guard_enter();
     CUresult r = real(bytes, dev);
     lb_guard_leave();
-    if (r != CUDA_SUCCESS || !bytes || dev < 0 || dev >= LB_REGION_MAX_DEVICES)
+    int phys = r == CUDA_SUCCESS && bytes ? lb_phys_index(dev) : -1;
+    if (phys < 0 || phys >= LB_REGION_MAX_DEVICES)
         return r;
-    uint64_t lim = lb_region_limit(dev);
+    uint64_t lim = lb_region_limit(phys);
     if (lim != LB_MEM_UNLIMITED)
         *bytes = (size_t)lim;
     return r;

@@ -1,13 +1,10 @@
 /* NVML hooks: nvidia-smi-like tools see the container's view of a limited device: total = limit,
  * used = what the container's processes allocated, free = the rest (clamped at 0). Limits are
- * per CUDA ordinal (CUDA_DEVICE_MEMORY_LIMIT_<i>); an NVML device is matched to its ordinal by
- * UUID. */
+ * per GPU in NVML's order (CUDA_DEVICE_MEMORY_LIMIT_<i> is NVML index i, devmap.h). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
-
-#include "devmap.h"
 #include "init.h"
 #include "region.h"
 #include "symbols.h"
@@ -52,96 +49,14 @@ LB_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     return real(flags);
 }
 
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as NVML spells a GPU's UUID. */
-static void uuid_str(const char *bytes, char out[48])
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    memcpy(o, "GPU-", 4), o += 4;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *o++ = '-';
-        *o++ = hex[(unsigned char)bytes[i] >> 4];
-        *o++ = hex[(unsigned char)bytes[i] & 15];
-    }
-    *o = '\0';
-}
-
-/* The CUDA ordinal of an NVML device, matched by UUID: with CUDA_VISIBLE_DEVICES or
- * CUDA_DEVICE_ORDER the two orders differ. Before CUDA is initialised in the process (an NVML-only
- * tool), the NVML index is taken as the ordinal. -1: the device is not visible to CUDA. */
-static int cuda_ordinal(nvmlDevice_t device, unsigned idx)
-{
-    __typeof__(&nvmlDeviceGetUUID) nu = LB_REAL(nvmlDeviceGetUUID);
-    __typeof__(&cuDeviceGetCount) count = LB_REAL(cuDeviceGetCount);
-    __typeof__(&cuDeviceGetUuid) cu = LB_REAL(cuDeviceGetUuid);
-    char want[96];
-    int n = 0;
-    lb_guard_enter();
-    int cuda_up = count && cu && count(&n) == CUDA_SUCCESS;
-    int have = nu && nu(device, want, sizeof want) == NVML_SUCCESS;
-    int found = cuda_up ? -1 : (int)idx;
-    for (int d = 0; cuda_up && have && d < n && d < LB_REGION_MAX_DEVICES && found < 0; d++) {
-        CUuuid u;
-        char s[48];
-        if (cu(&u, d) != CUDA_SUCCESS)
-            continue;
-        uuid_str(u.bytes, s);
-        if (strcmp(s, want) == 0)
-            found = d;
-    }
-    if (cuda_up && !have)
-        found = (int)idx;
-    lb_guard_leave();
-    return found;
-}
-
-/* The NVML index of a CUDA ordinal, by UUID (devmap.h); cached: device identities do not change
- * within a process. */
-static _Atomic int g_nvml_index[LB_REGION_MAX_DEVICES];
-
-int lb_nvml_index(int dev)
-{
-    if (dev < 0 || dev >= LB_REGION_MAX_DEVICES)
-        return dev;
-    int cached = atomic_load_explicit(&g_nvml_index[dev], memory_order_relaxed);
-    if (cached)
-        return cached - 1;
-    __typeof__(&cuDeviceGetUuid) cu = LB_REAL(cuDeviceGetUuid);
-    __typeof__(&nvmlDeviceGetCount_v2) count = LB_REAL(nvmlDeviceGetCount_v2);
-    __typeof__(&nvmlDeviceGetHandleByIndex_v2) by_index = LB_REAL(nvmlDeviceGetHandleByIndex_v2);
-    __typeof__(&nvmlDeviceGetUUID) nu = LB_REAL(nvmlDeviceGetUUID);
-    CUuuid u;
-    char want[48], got[96];
-    unsigned n = 0;
-    int found = -1;
-    lb_guard_enter();
-    if (cu && count && by_index && nu && cu(&u, dev) == CUDA_SUCCESS && count(&n) == NVML_SUCCESS) {
-        uuid_str(u.bytes, want);
-        for (unsigned i = 0; i < n && found < 0; i++) {
-            nvmlDevice_t h;
-            if (by_index(i, &h) == NVML_SUCCESS && nu(h, got, sizeof got) == NVML_SUCCESS && strcmp(got, want) == 0)
-                found = (int)i;
-        }
-    }
-    lb_guard_leave();
-    if (found < 0)
-        return dev; /* not known (yet): the ordinal, not cached */
-    atomic_store_explicit(&g_nvml_index[dev], found + 1, memory_order_relaxed);
-    return found;
-}
-
-/* 1 and the device's limit/usage if the device is virtualised. */
+/* 1 and the device's limit/usage if the device is virtualised. The region's devices are NVML's
+ * (devmap.h): a GPU's figures are its index's, whatever CUDA ordinal it has in this process. */
 static int view(nvmlDevice_t device, uint64_t *lim, uint64_t *used)
 {
-    unsigned nidx;
+    unsigned idx;
     __typeof__(&nvmlDeviceGetIndex) gi = LB_REAL(nvmlDeviceGetIndex);
-    if (!lb_active() || !gi || gi(device, &nidx) != NVML_SUCCESS)
+    if (!lb_active() || !gi || gi(device, &idx) != NVML_SUCCESS || idx >= LB_REGION_MAX_DEVICES)
         return 0;
-    int ord = cuda_ordinal(device, nidx);
-    if (ord < 0 || ord >= LB_REGION_MAX_DEVICES)
-        return 0;
-    unsigned idx = (unsigned)ord;
     *lim = lb_region_limit((int)idx);
     if (*lim == LB_MEM_UNLIMITED)
         return 0;

@@ -14,7 +14,7 @@ LB_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVers
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real(symbol, pfn, cudaVersion, flags);
-    if (r == CUDA_SUCCESS && pfn && *pfn && !lb_guard)
+    if (r == CUDA_SUCCESS && pfn && *pfn && !(lb_guard && lb_from_driver(__builtin_return_address(0))))
         *pfn = lb_sym_wrap_proc(symbol, cudaVersion, flags, *pfn);
     return r;
 }
@@ -26,7 +26,7 @@ LB_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (r == CUDA_SUCCESS && pfn && *pfn && !lb_guard)
+    if (r == CUDA_SUCCESS && pfn && *pfn && !(lb_guard && lb_from_driver(__builtin_return_address(0))))
         *pfn = lb_sym_wrap_proc(symbol, cudaVersion, flags, *pfn);
     return r;
 }

@@ -19,7 +19,8 @@
  * description of its own, so that a dead parent's lock does not live on in it.
  *
  * Library manners: no umask change (fchmod of a file we created instead), no signal handlers,
- * no exit(); every failure degrades to a private region with the process's own limits.
+ * no exit(); a failure of the file degrades to a private region with the process's own limits,
+ * a failure of the process (no descriptor or memory to spare) refuses every allocation instead.
  */
 #include "region.h"
 
@@ -34,11 +35,18 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "guard.h"
 #include "log.h"
 
 struct lb_region_header *lb_region;
 _Atomic(struct lb_region_slot *) lb_region_slot;
+uint64_t lb_own_limit[LB_REGION_MAX_DEVICES];
+const char *lb_region_refusal;
 static int g_fd = -1;
+/* g_fd is a description of this process's own. 0 in a forked child until it has one: the
+ * inherited description is the parent's, and through it the parent's lock reads as no lock at
+ * all (a description never conflicts with itself), so no liveness is judged through it. */
+static int g_fd_own = 1;
 static dev_t g_dev; /* the file g_fd was opened on */
 static ino_t g_ino;
 static char g_path[LB_LINE_MAX]; /* to open it again; empty for the private memfd */
@@ -95,10 +103,15 @@ static int reopen(int pin)
 /* Before any lock query or claim, under the mutex: g_fd is ours, or a new descriptor of the
  * file, or -1 (every slot then counts as alive and none can be claimed: fail closed). While we
  * hold a slot, the old mapping keeps our lock: the new description is only asked through. */
+static void own_description(void);
 static void check_fd(void)
 {
-    if (fd_ours() || g_fd < 0)
+    if (!g_fd_own)
+        own_description(); /* a child that could not make its own at the fork: try again */
+    if (fd_ours())
         return;
+    /* Gone, or lost before (the descriptor table was full then): asked again each time, so a
+     * descriptor table that was full once does not leave the process without one for good. */
     g_fd = reopen(g_slot_idx < 0);
 }
 
@@ -116,13 +129,14 @@ static int lock_byte(int cmd, short type, off_t off)
 static int slot_alive(int i)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_REGION_LOCK_OFFSET + 1 + i, .l_len = 1};
-    if (fcntl(g_fd, F_OFD_GETLK, &fl) != 0)
+    if (!g_fd_own || fcntl(g_fd, F_OFD_GETLK, &fl) != 0)
         return 1;
     return fl.l_type != F_UNLCK;
 }
 
 static int mutex_lock(void)
 {
+    lb_guard_enter(); /* guard.h: a signal handler must not wait for it */
     int r = pthread_mutex_lock(&lb_region->mutex.m);
     if (r == EOWNERDEAD) {
         LB_WARN("a process died holding the usage cache lock; recovered it");
@@ -138,6 +152,7 @@ static void mutex_unlock(int locked_rc)
 {
     if (locked_rc == 0)
         pthread_mutex_unlock(&lb_region->mutex.m);
+    lb_guard_leave();
 }
 
 /* Reclaim slots whose owner died: their bytes come off the container totals. Caller holds the
@@ -195,10 +210,10 @@ static int32_t host_pid(void)
 
 struct lb_region_slot *lb_region_claim(void)
 {
-    pthread_mutex_lock(&g_claim_lock);
+    lb_lock(&g_claim_lock);
     struct lb_region_slot *mine = atomic_load(&lb_region_slot);
     if (mine) {
-        pthread_mutex_unlock(&g_claim_lock);
+        lb_unlock(&g_claim_lock);
         return mine;
     }
     struct lb_region_slot *s = lb_region_slots(lb_region);
@@ -211,7 +226,12 @@ struct lb_region_slot *lb_region_claim(void)
         for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
             atomic_store(&lb_region->used_total[d], 0);
     }
-    for (int i = 0; i < LB_REGION_MAX_SLOTS; i++) {
+    /* A slot's lock is taken through a description of our own, or not at all: a forked child that
+     * could not open one yet (its table was full at the fork) shares its parent's, and a lock
+     * taken through it would read as no lock to the parent (a description never conflicts with
+     * itself): the parent would reclaim the child's slot while both live. */
+    int can_hold = g_fd >= 0 && g_fd_own;
+    for (int i = 0; can_hold && i < LB_REGION_MAX_SLOTS; i++) {
         if (atomic_load(&s[i].state) != LB_SLOT_FREE)
             continue;
         if (lock_byte(F_OFD_SETLK, F_WRLCK, LB_REGION_LOCK_OFFSET + 1 + i) != 0)
@@ -221,8 +241,9 @@ struct lb_region_slot *lb_region_claim(void)
         s[i].pid = (int32_t)getpid();
         s[i].hostpid = host_pid();
         s[i].claimed_at = (uint64_t)ts.tv_sec;
+        /* What was charged while no slot could be held (below) is this slot's from now on. */
         for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
-            atomic_store(&s[i].used[d], 0);
+            atomic_store(&s[i].used[d], atomic_exchange(&g_overflow_slot.used[d], 0));
         atomic_store(&s[i].state, LB_SLOT_ACTIVE);
         uint32_t hwm = atomic_load(&lb_region->slot_hwm);
         while (hwm < (uint32_t)i + 1 && !atomic_compare_exchange_weak(&lb_region->slot_hwm, &hwm, (uint32_t)i + 1))
@@ -232,6 +253,19 @@ struct lb_region_slot *lb_region_claim(void)
         break;
     }
     mutex_unlock(rc);
+    if (!mine && !can_hold) {
+        /* No description of our own to hold a slot's lock through (the descriptor table full, say):
+         * charged to the process's own record, in the totals but in no slot, until a later call
+         * claims one and takes them along. Nobody may take the totals for unused meanwhile. */
+        static _Atomic int logged;
+        if (!atomic_exchange(&logged, 1))
+            LB_WARN("usage cache: no descriptor of %s could be opened to claim a process slot with (the "
+                    "descriptor table full?); charging without a slot until one can be had",
+                    g_path[0] ? g_path : "the private region");
+        atomic_fetch_or(&lb_region->flags, LB_FLAG_OVERFLOW_SEEN);
+        lb_unlock(&g_claim_lock);
+        return &g_overflow_slot;
+    }
     if (!mine) {
         LB_ERROR("usage cache: all %d process slots are taken; this process's memory counts in the container "
                  "totals but is not reclaimed if it dies", LB_REGION_MAX_SLOTS);
@@ -241,63 +275,8 @@ struct lb_region_slot *lb_region_claim(void)
         LB_DEBUG("usage cache: slot %d, pid %d, host pid %d", g_slot_idx, mine->pid, mine->hostpid);
     }
     atomic_store(&lb_region_slot, mine);
-    pthread_mutex_unlock(&g_claim_lock);
+    lb_unlock(&g_claim_lock);
     return mine;
-}
-
-/* fresh: the file was just extended from size 0, so it reads as zeros already; writing them
- * again would fault in every page of it (49 page-cache pages: most of the cost of creating a
- * region). A region whose creator died before writing the magic may hold anything: cleared. */
-static void stamp(struct lb_region_header *h, const struct lb_config *cfg, int fresh)
-{
-    if (!fresh)
-        memset(h, 0, LB_REGION_LOCK_OFFSET);
-    h->version = LB_REGION_VERSION;
-    h->header_size = LB_REGION_HEADER_SIZE;
-    h->file_size = LB_REGION_FILE_SIZE;
-    h->max_devices = LB_REGION_MAX_DEVICES;
-    h->max_slots = LB_REGION_MAX_SLOTS;
-    h->slot_size = LB_REGION_SLOT_SIZE;
-    h->lock_offset = LB_REGION_LOCK_OFFSET;
-    h->creator_pid = (int32_t)getpid();
-    h->limits_format = cfg->format;
-    h->policy = cfg->policy;
-    h->priority = cfg->priority;
-    h->flags = cfg->oversubscribe ? LB_FLAG_OVERSUBSCRIBE : 0;
-    h->util_switch = 1; /* as upstream: the limit applies until a monitor says the GPU is not shared */
-    memcpy(h->mem_limit, cfg->mem_limit, sizeof h->mem_limit);
-    memcpy(h->sm_limit, cfg->sm_limit, sizeof h->sm_limit);
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&h->mutex.m, &a);
-    pthread_mutexattr_destroy(&a);
-    atomic_store_explicit(&h->magic, LB_REGION_MAGIC, memory_order_release);
-}
-
-static const char *limit_str(uint64_t v, char *buf, size_t n)
-{
-    if (v == LB_MEM_UNLIMITED)
-        return "unlimited";
-    lb_fmt(buf, n, "%llu bytes", (unsigned long long)v);
-    return buf;
-}
-
-static void compare(const struct lb_region_header *h, const struct lb_config *cfg, const char *path)
-{
-    char a[40], b[40];
-    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
-        if (h->mem_limit[d] != cfg->mem_limit[d])
-            LB_ERROR("%s: device %d memory limit conflict: this process has %s, the region has %s (stamped by pid "
-                     "%d); the region's applies (first writer wins)",
-                     path, d, limit_str(cfg->mem_limit[d], a, sizeof a), limit_str(h->mem_limit[d], b, sizeof b),
-                     h->creator_pid);
-        if (h->sm_limit[d] != cfg->sm_limit[d])
-            LB_INFO("%s: device %d SM limit conflict: this process has %u%%, the region has %u%%; the region's "
-                    "applies",
-                    path, d, cfg->sm_limit[d], h->sm_limit[d]);
-    }
 }
 
 /* Map g_fd as the region; create/stamp it if needed. Caller holds the creation lock. */
@@ -332,7 +311,7 @@ static struct lb_region_header *map_region(const struct lb_config *cfg, const ch
     if (magic == 0) {
         /* New, or its creator died before finishing: nobody attached to it (attaching needs the
          * magic, checked under the creation lock we hold), so it is ours to stamp. */
-        stamp(h, cfg, fresh);
+        lb_region_stamp(h, cfg, fresh);
         LB_INFO("%s: created; limits stamped by this process", path);
         return h;
     }
@@ -345,7 +324,7 @@ static struct lb_region_header *map_region(const struct lb_config *cfg, const ch
         munmap(p, LB_REGION_FILE_SIZE);
         return NULL;
     }
-    compare(h, cfg, path);
+    lb_region_compare(h, cfg, path);
     return h;
 }
 
@@ -360,14 +339,31 @@ static struct lb_region_header *attach(const struct lb_config *cfg, const char *
     return h;
 }
 
+/* An error that says the process, not the file, is the problem (its descriptor table, memory):
+ * a private region would let N such processes hold N x the limit, so there is none. */
+static int transient(int err) { return err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR; }
+
 void lb_region_init(const struct lb_config *cfg)
 {
+    memcpy(lb_own_limit, cfg->mem_limit, sizeof lb_own_limit);
+    if (cfg->unusable[0]) {
+        lb_region_refusal = cfg->unusable; /* the limits file cannot be read: nothing to stamp or to join */
+        return;
+    }
     const char *path = cfg->cache_path;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd >= 0) {
         fchmod(fd, 0666); /* every process of the pod shares it, whatever its uid; umask untouched */
     } else if (errno == EEXIST) {
         fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0 && transient(errno)) {
+        static char why[512];
+        lb_fmt(why, sizeof why, "%s: cannot be opened (%s): start the process with descriptors and memory to spare",
+               path, strerror(errno));
+        lb_region_refusal = why;
+        LB_ERROR("%s", why);
+        return;
     }
     if (fd >= 0) {
         g_fd = fd;
@@ -397,14 +393,16 @@ void lb_region_init(const struct lb_config *cfg)
             void *p = mmap(NULL, LB_REGION_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
             if (p != MAP_FAILED) {
                 lb_region = p;
-                stamp(lb_region, cfg, 1); /* anonymous memory is zero-filled */
+                lb_region_stamp(lb_region, cfg, 1); /* anonymous memory is zero-filled */
             }
         }
     } else {
         LB_DEBUG("%s: attached", path);
     }
-    if (!lb_region)
+    if (!lb_region) {
+        lb_region_refusal = "no usage region could be attached (not even a private one)";
         return;
+    }
     lb_region_mine(); /* join the pod's accounting now: the monitor sees the process from its first call */
 }
 
@@ -424,6 +422,7 @@ static void own_description(void)
     if (mine)
         close(g_fd); /* the child's copy of the parent's descriptor */
     g_fd = fd;
+    g_fd_own = 1;
 }
 static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
@@ -431,6 +430,7 @@ void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    g_fd_own = g_fd < 0;
     own_description();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
@@ -439,6 +439,7 @@ static void fork_child(void)
 {
     atomic_store(&lb_region_slot, NULL);
     g_slot_idx = -1;
+    g_fd_own = g_fd < 0;
     own_description();
     pthread_mutex_unlock(&g_claim_lock);
 }
@@ -450,7 +451,7 @@ static void __attribute__((constructor(101))) region_register_fork(void)
 int lb_region_reserve_retry(int dev, uint64_t bytes)
 {
     struct lb_region_slot *s = lb_region_mine();
-    uint64_t lim = lb_region->mem_limit[dev];
+    uint64_t lim = lb_region_limit_of(dev);
     for (int attempt = 0;; attempt++) {
         if (bytes <= lim) {
             uint64_t t = lb_region_add(s, dev, bytes);

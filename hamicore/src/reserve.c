@@ -9,9 +9,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "devmap.h"
 #include "region.h"
 
 #define MAX_POOLS 256
+#define GONE ((uintptr_t)1) /* a destroyed pool's slot, free to take again */
 
 struct pool_slot {
     _Atomic uintptr_t pool;
@@ -20,24 +22,36 @@ struct pool_slot {
 };
 
 static struct pool_slot g_pools[MAX_POOLS];
+/* Per GPU (region index): what its graph memory pool is charged, and the CUDA ordinal this
+ * process asks the driver about it with. */
 static _Atomic uint64_t g_graph_charged[LB_REGION_MAX_DEVICES];
+static _Atomic int g_graph_ord[LB_REGION_MAX_DEVICES];
 
+static struct pool_slot *find(uintptr_t p)
+{
+    for (int i = 0; p > GONE && i < MAX_POOLS; i++)
+        if (atomic_load(&g_pools[i].pool) == p)
+            return &g_pools[i];
+    return NULL;
+}
+
+/* The pool's slot, made if need be; NULL when all are taken (its allocations are then refused). */
 static struct pool_slot *slot_of(CUmemoryPool pool, int dev)
 {
     uintptr_t p = (uintptr_t)pool;
-    for (int i = 0; p && i < MAX_POOLS; i++) {
+    struct pool_slot *s = find(p);
+    for (int i = 0; !s && p > GONE && i < MAX_POOLS; i++) {
         uintptr_t cur = atomic_load(&g_pools[i].pool);
-        if (cur == p)
-            return &g_pools[i];
-        if (cur == 0 && atomic_compare_exchange_strong(&g_pools[i].pool, &cur, p)) {
+        if ((cur == 0 || cur == GONE) && atomic_compare_exchange_strong(&g_pools[i].pool, &cur, p)) {
+            atomic_store(&g_pools[i].charged, 0);
             atomic_store(&g_pools[i].dev, dev);
-            return &g_pools[i];
+            s = &g_pools[i];
         }
-        if (cur == p)
-            return &g_pools[i];
     }
-    return NULL;
+    return s;
 }
+
+int lb_pool_follow(CUmemoryPool pool, int dev) { return slot_of(pool, dev) != NULL; }
 
 static void move_to(_Atomic uint64_t *charged, int dev, uint64_t now)
 {
@@ -70,6 +84,17 @@ uint64_t lb_pool_growth(CUmemoryPool pool, uint64_t bytes)
     return bytes > spare ? bytes - spare : 0;
 }
 
+/* Pools charged more than nothing: what a synchronisation may have shrunk. */
+static _Atomic int g_pools_held;
+
+static void move_pool(struct pool_slot *s, uint64_t now)
+{
+    uint64_t old = atomic_load(&s->charged);
+    move_to(&s->charged, atomic_load(&s->dev), now);
+    if (!old != !now)
+        atomic_fetch_add(&g_pools_held, now ? 1 : -1);
+}
+
 void lb_pool_settle(CUmemoryPool pool, int dev)
 {
     uint64_t res;
@@ -77,7 +102,22 @@ void lb_pool_settle(CUmemoryPool pool, int dev)
     if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &res) ||
         !(s = slot_of(pool, dev)))
         return; /* no figure or no slot: the allocations stay charged as they were */
-    move_to(&s->charged, dev, res);
+    move_pool(s, res);
+}
+
+/* A synchronisation is where the driver gives a pool's unused memory back (down to its release
+ * threshold): every pool of this process that holds a charge is read again then, so that memory
+ * it gave back stops counting against the other processes of the pod too. One load when it
+ * holds none. */
+void lb_reserve_after_sync(void)
+{
+    if (!atomic_load_explicit(&g_pools_held, memory_order_relaxed) || !lb_region)
+        return;
+    for (int i = 0; i < MAX_POOLS; i++) {
+        uintptr_t p = atomic_load(&g_pools[i].pool);
+        if (p > GONE && atomic_load(&g_pools[i].charged))
+            lb_pool_settle((CUmemoryPool)p, atomic_load(&g_pools[i].dev));
+    }
 }
 
 static int graph_attr(int dev, CUgraphMem_attribute a, uint64_t *v)
@@ -97,12 +137,25 @@ uint64_t lb_graph_growth(int dev, uint64_t bytes, uint64_t live)
     return bytes > spare ? bytes - spare : 0;
 }
 
-void lb_graph_settle(int dev)
+void lb_graph_settle(int ord)
 {
     uint64_t res;
-    if (!lb_region || dev < 0 || dev >= LB_REGION_MAX_DEVICES || graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res))
+    int phys = lb_phys_index(ord);
+    if (!lb_region || phys < 0 || phys >= LB_REGION_MAX_DEVICES ||
+        graph_attr(ord, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &res))
         return;
-    move_to(&g_graph_charged[dev], dev, res);
+    atomic_store(&g_graph_ord[phys], ord);
+    move_to(&g_graph_charged[phys], phys, res);
+}
+
+/* The pool is destroyed: what it was charged goes, and so does its slot. */
+void lb_pool_forget(CUmemoryPool pool)
+{
+    struct pool_slot *s = find((uintptr_t)pool);
+    if (!s || !lb_region)
+        return;
+    move_pool(s, 0);
+    atomic_store(&s->pool, GONE);
 }
 
 int lb_reserve_settle_all(int dev)
@@ -112,13 +165,11 @@ int lb_reserve_settle_all(int dev)
     uint64_t before = lb_region_usage(dev);
     for (int i = 0; i < MAX_POOLS; i++) {
         uintptr_t p = atomic_load(&g_pools[i].pool);
-        if (!p)
-            break;
-        if (atomic_load(&g_pools[i].dev) == dev)
+        if (p > GONE && atomic_load(&g_pools[i].dev) == dev)
             lb_pool_settle((CUmemoryPool)p, dev);
     }
     if (atomic_load(&g_graph_charged[dev]))
-        lb_graph_settle(dev);
+        lb_graph_settle(atomic_load(&g_graph_ord[dev]));
     return lb_region_usage(dev) < before;
 }
 
@@ -134,6 +185,7 @@ static void fork_child(void)
 {
     for (int i = 0; i < MAX_POOLS; i++)
         atomic_store(&g_pools[i].pool, 0), atomic_store(&g_pools[i].charged, 0);
+    atomic_store(&g_pools_held, 0);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         atomic_store(&g_graph_charged[d], 0);
 }

@@ -5,6 +5,7 @@
 #include "symbols.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -76,13 +77,100 @@ __attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) 
     return f ? f(handle, name) : NULL;
 }
 
+/* NVML from where the CUDA driver the program loaded lives, first: the two ship together, and a
+ * process may find libcuda.so.1 through its own RUNPATH where a plain dlopen of
+ * libnvidia-ml.so.1 looks in the default directories only (and may find another driver's). */
+static void *beside_cuda(const char *soname)
+{
+    void *cuda = g_handle[LB_LIB_CUDA]; /* opened before NVML's mutex was taken (lock order) */
+    void *sym = cuda ? lb_real_dlsym(cuda, "cuInit") : NULL;
+    Dl_info info;
+    char path[4096];
+    if (!sym || !dladdr(sym, &info) || !info.dli_fname)
+        return NULL;
+    const char *slash = strrchr(info.dli_fname, '/');
+    size_t dir = slash ? (size_t)(slash - info.dli_fname) : 0;
+    if (!slash || dir + 1 + strlen(soname) >= sizeof path)
+        return NULL;
+    memcpy(path, info.dli_fname, dir + 1);
+    strcpy(path + dir + 1, soname);
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
+/* The executable segments of each loaded driver library and of this one, for lb_from_driver.
+ * Written once, when a library is loaded (dl_iterate_phdr takes the loader's lock: never from a
+ * hook's window). Our own: a driver entry point that tail-calls its own export leaves our call
+ * site as the return address. */
+#define MAX_TEXT 8
+#define SELF 2
+static _Atomic uintptr_t g_text[3][MAX_TEXT][2];
+static _Atomic int g_ntext[3];
+
+struct text_find {
+    uintptr_t base;
+    int lib;
+};
+
+static int note_segments(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct text_find *f = arg;
+    if (info->dlpi_addr != f->base)
+        return 0;
+    int n = 0;
+    for (int i = 0; i < info->dlpi_phnum && n < MAX_TEXT; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        atomic_store(&g_text[f->lib][n][0], info->dlpi_addr + ph->p_vaddr);
+        atomic_store(&g_text[f->lib][n][1], info->dlpi_addr + ph->p_vaddr + ph->p_memsz);
+        n++;
+    }
+    atomic_store_explicit(&g_ntext[f->lib], n, memory_order_release);
+    return 1;
+}
+
+static void note_text(int lib, void *handle)
+{
+    struct link_map *lm = NULL;
+    if (!handle || dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return;
+    struct text_find f = {lm->l_addr, lib};
+    dl_iterate_phdr(note_segments, &f);
+    Dl_info self;
+    if (!atomic_load(&g_ntext[SELF]) && dladdr((void *)&note_text, &self) && self.dli_fbase) {
+        /* A shared object's first segment is at address 0: its base is its load bias. */
+        struct text_find me = {(uintptr_t)self.dli_fbase, SELF};
+        dl_iterate_phdr(note_segments, &me);
+    }
+}
+
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) int lb_from_driver(const void *ra)
+{
+    uintptr_t a = (uintptr_t)ra;
+    for (int lib = 0; lib < 3; lib++) {
+        int n = atomic_load_explicit(&g_ntext[lib], memory_order_acquire);
+        for (int i = 0; i < n; i++)
+            if (a >= atomic_load_explicit(&g_text[lib][i][0], memory_order_relaxed) &&
+                a < atomic_load_explicit(&g_text[lib][i][1], memory_order_relaxed))
+                return 1;
+    }
+    return 0;
+}
+
 static void *lib_handle(int lib)
 {
     if (__builtin_expect(!atomic_load_explicit(&g_lib_done[lib], memory_order_acquire), 0)) {
+        if (lib == LB_LIB_NVML)
+            (void)lib_handle(LB_LIB_CUDA); /* CUDA's mutex comes first (beside_cuda) */
         lb_guard_enter(); /* a driver's constructors may call dlsym/NVML while it loads */
         pthread_mutex_lock(&g_lib_mu[lib]);
         if (!atomic_load_explicit(&g_lib_done[lib], memory_order_relaxed)) {
-            g_handle[lib] = dlopen(k_sonames[lib], RTLD_NOW | RTLD_LOCAL);
+            if (lib == LB_LIB_NVML)
+                g_handle[lib] = beside_cuda(k_sonames[lib]);
+            if (!g_handle[lib])
+                g_handle[lib] = dlopen(k_sonames[lib], RTLD_NOW | RTLD_LOCAL);
+            note_text(lib, g_handle[lib]);
             atomic_store_explicit(&g_lib_done[lib], 1, memory_order_release);
         }
         pthread_mutex_unlock(&g_lib_mu[lib]);

@@ -17,6 +17,14 @@ enum lb_lib { LB_LIB_CUDA = 0, LB_LIB_NVML = 1 };
 typedef unsigned int lb_deviceptr_v1;
 LB_EXPORT CUresult lbw_cuMemAlloc_v1(lb_deviceptr_v1 *dptr, unsigned int bytesize) LB_SYMBOL(cuMemAlloc);
 LB_EXPORT CUresult lbw_cuMemFree_v1(lb_deviceptr_v1 dptr) LB_SYMBOL(cuMemFree);
+LB_EXPORT CUresult lbw_cuMemAllocPitch_v1(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                          unsigned int Height, unsigned int ElementSizeBytes) LB_SYMBOL(cuMemAllocPitch);
+LB_EXPORT CUresult lbw_cuArrayCreate_v1(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d) LB_SYMBOL(cuArrayCreate);
+LB_EXPORT CUresult lbw_cuArray3DCreate_v1(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+    LB_SYMBOL(cuArray3DCreate);
+LB_EXPORT CUresult lbw_cuIpcOpenMemHandle_v1(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+    LB_SYMBOL(cuIpcOpenMemHandle);
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr);
 LB_EXPORT nvmlReturn_t lbw_nvmlInit_v1(void) LB_SYMBOL(nvmlInit);
 LB_EXPORT CUresult lbw_cuCtxCreate_v1(CUcontext *pctx, unsigned int flags, CUdevice dev) LB_SYMBOL(cuCtxCreate);
 LB_EXPORT CUresult lbw_cuCtxDestroy_v1(CUcontext ctx) LB_SYMBOL(cuCtxDestroy);
@@ -33,6 +41,8 @@ __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
 __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
 __typeof__(cuGraphUpload) cuGraphUpload_ptsz;
+__typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
+CUresult cuEventSynchronize(CUevent hEvent);
 LB_EXPORT CUresult lbw_cuGraphInstantiate_v1(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n)
     LB_SYMBOL(cuGraphInstantiate);
 CUresult cuGraphInstantiate_v2(CUgraphExec *px, CUgraph g, CUgraphNode *err, char *log, size_t n);

@@ -428,25 +428,51 @@ static void test_other_variables(void)
     CHECK(strstr(canon, "CUDA_DISABLE_CONTROL=true\n") != NULL); /* a key libvgpu does not read */
 }
 
+/* Present but unreadable is not absent: the reader says so (-1), naming the cause, so that the
+ * library refuses instead of falling back to the environment (only ENOENT means env mode). */
+static int refusal_names(const char *what)
+{
+    for (uint32_t i = 0; i < dg.n; i++)
+        if (dg.d[i].level == LB_LOG_ERROR && strstr(dg.d[i].msg, what) && strstr(dg.d[i].msg, "refused"))
+            return 1;
+    return 0;
+}
+
 static void test_file_reader_io_errors(void)
 {
     memset(&dg, 0, sizeof dg);
-    CHECK(lb_read_limits_file(unit_tmp_dir, &fv, &dg, 0) == 0); /* a directory */
-    CHECK(dg.n == 1 && dg.d[0].level == LB_LOG_WARN);
+    CHECK(lb_read_limits_file(unit_tmp_dir, &fv, &dg, 0) == -1); /* a directory */
+    CHECK(refusal_names("not a regular file"));
     char p[1024];
     snprintf(p, sizeof p, "%s/fifo", unit_tmp_dir);
     mkfifo(p, 0600);
     memset(&dg, 0, sizeof dg);
-    CHECK(lb_read_limits_file(p, &fv, &dg, 0) == 0); /* must not block */
-    CHECK(dg.n == 1 && dg.d[0].level == LB_LOG_WARN);
+    CHECK(lb_read_limits_file(p, &fv, &dg, 0) == -1); /* must not block */
+    CHECK(refusal_names("not a regular file"));
     if (geteuid() != 0) {
         snprintf(p, sizeof p, "%s/noread", unit_tmp_dir);
         spit(p, "A=1\n", 4);
         chmod(p, 0);
         memset(&dg, 0, sizeof dg);
-        CHECK(lb_read_limits_file(p, &fv, &dg, 0) == 0);
-        CHECK(dg.n == 1 && dg.d[0].level == LB_LOG_WARN);
+        CHECK(lb_read_limits_file(p, &fv, &dg, 0) == -1);
+        CHECK(refusal_names("Permission denied"));
     }
+    /* The program's descriptor table is full when the library starts (EMFILE). */
+    snprintf(p, sizeof p, "%s/present", unit_tmp_dir);
+    spit(p, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n", 33);
+    int fds[65536], n = 0;
+    while (n < 65536 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+        n++;
+    memset(&dg, 0, sizeof dg);
+    int r = lb_read_limits_file(p, &fv, &dg, 0);
+    while (n > 0)
+        close(fds[--n]);
+    CHECK(r == -1);
+    CHECK(refusal_names("Too many open files"));
+    /* Absent is absent: environment mode, as before. */
+    snprintf(p, sizeof p, "%s/no/such/file", unit_tmp_dir);
+    memset(&dg, 0, sizeof dg);
+    CHECK(lb_read_limits_file(p, &fv, &dg, 0) == 0);
 }
 
 static void test_file_larger_than_limit(void)

@@ -275,6 +275,50 @@ static void test_fork_child_own_slot(void)
     CHECK(reserve(2000 * MIB));
 }
 
+/* The program closes every descriptor, or the region's own one, or opens and closes usage.cache:
+ * the process still counts as alive (its lock lives on the description the region is mapped
+ * from). And a child forked with no descriptor to spare, which shares the parent's description
+ * until it can open its own, never takes the parent for dead. */
+static void test_liveness_survives_descriptors(void)
+{
+    char p[512];
+    cache_path(p, sizeof p, "liveness");
+    struct lb_config c = make_cfg(p, 3000 * MIB);
+    lb_region_init(&c);
+    CHECK(reserve(2000 * MIB));
+    int fd = open(p, O_RDONLY); /* a POSIX lock would be dropped by this close */
+    close(fd);
+    for (int i = 3; i < 1024; i++) /* closefrom(3): the library's descriptor goes too */
+        close(i);
+    fflush(NULL);
+    int fds[65536], n = 0;
+    while (n < 65536 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+        n++;
+    pid_t ch = fork();
+    if (ch == 0) {
+        lb_region_after_fork(); /* no descriptor to open its own: shares the parent's for now */
+        int refused = !reserve(2000 * MIB); /* the parent is alive: refused, never reclaimed */
+        while (n > 0)
+            close(fds[--n]);
+        int again = !reserve(2000 * MIB); /* now with its own description: still refused */
+        _exit(refused && again ? 0 : 1);
+    }
+    while (n > 0)
+        close(fds[--n]);
+    int st;
+    waitpid(ch, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    pid_t other = fork();
+    if (other == 0) {
+        /* Another process of the pod, as a new one would be: its own region attachment. */
+        lb_region_after_fork();
+        _exit(reserve(2000 * MIB) ? 1 : 0);
+    }
+    waitpid(other, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(reserve(1000 * MIB)); /* and this process's own accounting still works */
+}
+
 /* A process killed between adding to the container total and to its own slot leaves the total
  * too high (the safe direction); the next process that finds nobody else alive repairs it. */
 static void child_leak_and_die(void *arg)
@@ -331,5 +375,6 @@ const struct unit_test unit_region_tests[] = {
     {"region/layout mismatch falls back to a private region", test_layout_mismatch_falls_back},
     {"region/unopenable path falls back", test_unopenable_path_falls_back},
     {"region/fork child gets its own slot", test_fork_child_own_slot},
+    {"region/liveness survives closed descriptors and a fork without any", test_liveness_survives_descriptors},
     {NULL, NULL},
 };

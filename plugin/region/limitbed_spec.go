@@ -6,7 +6,7 @@ import "encoding/binary"
 // inverse, kept beside the layout so that no test repeats an offset.
 type LimitbedSpec struct {
 	Version   uint32             // 0 = 2
-	Limits    map[int]uint64     // mem_limit by CUDA ordinal; others unlimited
+	Limits    map[int]uint64     // mem_limit by GPU index; others unlimited
 	SMLimits  map[int]uint32     // sm_limit; others 100
 	UsedTotal map[int]uint64     // used_total
 	Flags     uint32             // header flags (bit 0 oversubscribe, bit 1 overflow seen)

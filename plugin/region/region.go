@@ -55,7 +55,8 @@ type Region struct {
 	Layout Layout `json:"layout"`
 	Size   int    `json:"file_size"`
 	// Devices are the devices with a limit, usage, or (HAMi-core) an entry
-	// below device_num, by CUDA ordinal.
+	// below device_num, by device index (limitbed: the GPU's NVML index;
+	// HAMi-core: the CUDA ordinal of the process that wrote it).
 	Devices []Device `json:"devices"`
 	// Slots are the occupied process slots, live and dead, in slot order.
 	Slots []Slot `json:"slots"`
@@ -82,7 +83,7 @@ type Region struct {
 	LastKernelTime uint64 `json:"last_kernel_time,omitempty"`
 }
 
-// Device is one device of a region, by CUDA ordinal.
+// Device is one device of a region, by device index (see Region.Devices).
 type Device struct {
 	Index int    `json:"index"`
 	UUID  string `json:"uuid,omitempty"` // HAMi-core only
@@ -113,7 +114,7 @@ type Slot struct {
 	// query was given); HAMi-core, the pid is not 0 (a process clears it when
 	// it exits; one killed outright stays until another process reclaims it).
 	Alive bool `json:"alive"`
-	// Used is what this process accounted, per CUDA ordinal.
+	// Used is what this process accounted, per device index.
 	Used [MaxDevices]uint64 `json:"used"`
 
 	ClaimedAt uint64 `json:"claimed_at,omitempty"` // limitbed only: CLOCK_REALTIME seconds

@@ -53,7 +53,7 @@ struct lb_region_slot {
     uint32_t reserved0;            /*  12 */
     uint64_t claimed_at;           /*  16  CLOCK_REALTIME seconds when the slot was claimed */
     uint64_t reserved1[3];         /*  24 */
-    _Atomic uint64_t used[LB_REGION_MAX_DEVICES]; /* 48  bytes allocated through the API, by CUDA ordinal */
+    _Atomic uint64_t used[LB_REGION_MAX_DEVICES]; /* 48  bytes charged, by GPU (NVML index) */
     uint64_t reserved2[2];         /* 176 */
 };                                 /* 192 */
 
@@ -78,7 +78,8 @@ struct lb_region_header {
         pthread_mutex_t m;
         unsigned char bytes[64];
     } mutex;
-    /* 320  per CUDA ordinal: bytes reserved by every process of the region. The allocation path
+    /* 320  per GPU (its NVML index, never a process's CUDA ordinal: devmap.c; mem_limit and
+     *      used[] too): bytes reserved by every process of the region. The allocation path
      *      checks the limit against this one counter (O(1), whatever the number of processes);
      *      it equals the sum of the slots' used[] except for the bytes of a process that died
      *      between its two updates (an over-count, repaired when the last live slot is gone). */
@@ -89,8 +90,8 @@ struct lb_region_header {
     _Atomic uint32_t recent_kernel;/* 456  set to 1 by a launch of any process when it reads 0; the node
                                     *      monitor swaps it back to 0 each period: "launched recently" */
     uint32_t reserved1;            /* 460 */
-    uint8_t dev_uuid[LB_REGION_MAX_DEVICES][16]; /* 464 CUDA ordinal -> GPU UUID (cuDeviceGetUuid), stamped
-                                    *      by the first launching process; all zero = not known yet */
+    uint8_t dev_uuid[LB_REGION_MAX_DEVICES][16]; /* 464 NVML index -> GPU UUID, stamped from NVML
+                                    *      (devmap.c); all zero = not known yet */
     _Atomic uint64_t calib_at;     /* 720  CLOCK_REALTIME seconds when a process of the container last ran its
                                     *      full-load calibration (limiter.c); 0 = never */
     _Atomic uint32_t work_factor[LB_REGION_MAX_DEVICES]; /* 728 per CUDA ordinal, in thousandths: how much

@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
 for p in "${progs[@]}"; do
 	profile=h100-80g extra=()
-	[ "$p" = order ] && profile=2x-a16-16q extra=(CUDA_VISIBLE_DEVICES=1,0)
+	[ "$p" = order ] && profile=2x-a16-16q extra=(CUDA_VISIBLE_DEVICES=1,0 CUDA_DEVICE_MEMORY_LIMIT_1=1000m)
 	shim= # the second interposer, preloaded after the library
 	[ "$p" = dlsym ] && shim=$out/lib/path-dlsym-shim.so
 	cache=usage.cache

@@ -33,8 +33,10 @@ static int init_shared(fg_shared *sh, uint64_t identity, unsigned nunits) {
 
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
     char msg[300];
+    /* A re-attach keeps the side file open: closing it would drop this process's classic locks. */
+    int pids_fd = st->pids_open ? st->pids_fd : -1, pids_open = st->pids_open;
     memset(st, 0, sizeof *st);
-    st->fd = -1, st->slot = -1;
+    st->fd = -1, st->slot = -1, st->pids_fd = pids_fd, st->pids_open = pids_open;
     fg_copy(st->path, sizeof st->path, path);
     char dir[sizeof st->path];
     fg_copy(dir, sizeof dir, path);
@@ -109,7 +111,7 @@ void fg_state_detach(fg_state *st) {
         munmap(st->sh, sizeof *st->sh);
     if (st->fd >= 0)
         close(st->fd); /* drops our liveness lock: our slot reads as dead from now on */
-    st->sh = NULL, st->fd = -1, st->slot = -1;
+    st->sh = NULL, st->fd = -1, st->slot = -1; /* pids_fd stays open: see state.h */
 }
 
 void fg_state_after_fork(fg_state *st) {
@@ -131,6 +133,31 @@ static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
 }
 
 static int mine(const fg_state *st, int i) { return i == st->slot && st->pid == getpid(); }
+
+/* The side file of classic locks, opened on first use and kept (state.h). -1 when it cannot be. */
+static int pids_file(fg_state *st) {
+    if (st->pids_open)
+        return st->pids_fd;
+    char path[sizeof st->path + 8];
+    snprintf(path, sizeof path, "%s.pids", st->path);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return -1; /* tried again next time */
+    (void)fchmod(fd, 0666); /* every user and container of the host shares it, as the state */
+    st->pids_open = 1;
+    return st->pids_fd = fd;
+}
+
+int32_t fg_state_slot_pid(fg_state *st, int slot) {
+    int32_t recorded = st->sh->slot[slot].pid;
+    int fd = pids_file(st);
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET, fl.l_start = slot, fl.l_len = 1;
+    if (fd < 0 || fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK || fl.l_pid <= 0)
+        return recorded; /* our own lock (never reported to us), none taken, or not visible here */
+    return (int32_t)fl.l_pid;
+}
 
 static void reap(fg_state *st) {
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
@@ -175,6 +202,15 @@ int fg_state_own_slot(fg_state *st) {
         s->in_use = 1;
         s->pid = (int32_t)getpid();
         st->slot = i, st->pid = getpid();
+        /* Under the state mutex, so no reader sees the slot before its PID lock. Best effort: without
+         * it readers get the recorded PID. */
+        int pfd = pids_file(st);
+        if (pfd >= 0) {
+            struct flock pl;
+            memset(&pl, 0, sizeof pl);
+            pl.l_type = F_WRLCK, pl.l_whence = SEEK_SET, pl.l_start = i, pl.l_len = 1;
+            (void)fcntl(pfd, F_SETLK, &pl);
+        }
         return i;
     }
     return -1;

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -206,4 +207,36 @@ func gpuUUIDs(c *Container) []string {
 		out = append(out, g.UUID)
 	}
 	return out
+}
+
+type countingSource struct{ n int }
+
+func (c *countingSource) Snapshot(context.Context) (*Snapshot, error) {
+	c.n++
+	if c.n == 3 {
+		return nil, errors.New("down")
+	}
+	return NewSnapshot(time.Unix(int64(c.n), 0), nil), nil
+}
+
+func TestCached(t *testing.T) {
+	src := &countingSource{}
+	now := time.Unix(100, 0)
+	c := &Cached{Source: src, MaxAge: time.Second, Now: func() time.Time { return now }}
+	a, _ := c.Snapshot(context.Background())
+	b, _ := c.Snapshot(context.Background())
+	if a != b || src.n != 1 {
+		t.Fatalf("within MaxAge: %d reads", src.n)
+	}
+	now = now.Add(time.Second)
+	if b, _ = c.Snapshot(context.Background()); b == a || src.n != 2 {
+		t.Fatalf("after MaxAge: %d reads", src.n)
+	}
+	now = now.Add(time.Second)
+	if _, err := c.Snapshot(context.Background()); err == nil {
+		t.Fatal("a failure was hidden by the cache")
+	}
+	if s, err := c.Snapshot(context.Background()); err != nil || s == b || src.n != 4 {
+		t.Fatalf("after a failure: %v, %d reads", err, src.n)
+	}
 }

@@ -24,6 +24,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"bad env twin", []string{"--node-name=n"}, map[string]string{"SWEEP_INTERVAL": "often"}, "--sweep-interval"},
 		{"zero interval", []string{"--node-name=n", "--sweep-interval=0s"}, nil, "--sweep-interval"},
 		{"zero scrape timeout", []string{"--node-name=n", "--scrape-timeout=0s"}, nil, "--scrape-timeout"},
+		{"negative accounting interval", []string{"--node-name=n", "--accounting-interval=-1s"}, nil, "--accounting-interval"},
+		{"bad context allowance", []string{"--node-name=n", "--context-allowance=1GiB"}, nil, "-context-allowance"},
+		{"bad enforcement", []string{"--node-name=n", "--device-config-file=" + writeTemp("nvidia:\n  enforcement: shoot\n")}, nil, `enforcement: "shoot" is not one of report|kill`},
 		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {
@@ -37,6 +40,19 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeTemp writes data to a new temporary file and returns its path.
+func writeTemp(data string) string {
+	f, err := os.CreateTemp("", "vgpu-monitor-test-")
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(data); err != nil {
+		panic(err)
+	}
+	return f.Name()
 }
 
 // TestRunStopsOnCancel: with valid flags run keeps sweeping (the API server

@@ -13,6 +13,7 @@ type Effective struct {
 	HostPIDBroker                bool
 	EnableGetPreferredAllocation bool
 	ResourceCountName            string
+	Enforcement                  Enforcement
 
 	// The delivery layers stay separate: the pod annotation is resolved
 	// against them per allocation (see package delivery).
@@ -37,6 +38,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		DeviceMemoryScaling: 1,
 		DeviceCoreScaling:   1,
 		ResourceCountName:   DefaultResourceCountName,
+		Enforcement:         DefaultEnforcement,
 	}
 	if dc != nil && dc.Nvidia != nil {
 		n := dc.Nvidia
@@ -48,6 +50,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		set(&e.HostPIDBroker, n.HostPIDBroker)
 		set(&e.AllowPodLimitDeliveryOverride, n.AllowPodLimitDeliveryOverride)
 		set(&e.ResourceCountName, n.ResourceCountName)
+		set(&e.Enforcement, n.Enforcement)
 		e.GlobalLimitDelivery = n.LimitDelivery
 	}
 	if pc != nil {
@@ -61,6 +64,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 			set(&e.DeviceMemoryScaling, nc.DeviceMemoryScaling)
 			set(&e.DeviceCoreScaling, nc.DeviceCoreScaling)
 			setLogLevel(&e.LibCudaLogLevel, nc.LibCudaLogLevel)
+			set(&e.Enforcement, nc.Enforcement)
 			if nc.LimitDelivery != nil {
 				e.NodeLimitDelivery = nc.LimitDelivery
 			}

@@ -7,6 +7,12 @@
  *   symbols      the linked entry points (what code compiled against cuda.h calls)
  *   dlsym        dlopen("libcuda.so.1") + dlsym of the versioned names (pre-11.3 runtimes)
  *   procaddress  dlsym of cuGetProcAddress only, everything else through it (CUDA >= 11.3 runtimes)
+ * and two ways a process escapes an interposer on purpose (docs/attacks.md), for the node's
+ * driver-truth accounting to catch:
+ *   dlvsym       glibc's own dlsym, fetched with dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"),
+ *                so an interposed dlsym never sees the lookups
+ *   dlmopen      libc and the driver loaded into a new link namespace (dlmopen(LM_ID_NEWLM)),
+ *                where no preload applies, and the names looked up with that namespace's dlsym
  * Built only against limitbed's abi headers, so the same source links against the real driver.
  *
  * Exit status: 0 when the probe ran (a refused allocation is a result, in the JSON), 1 when the
@@ -81,7 +87,7 @@ static const char *err_name(CUresult r, char *buf, size_t len) {
 static int usage(const char *msg) {
     fprintf(stderr,
             "cudaprobe: %s\nusage: cudaprobe [--device N] [--mib N] [--chunk-mib C] [--alloc=mem|managed|pitch|async|vmm|array]\n"
-            "                 [--api=symbols|dlsym|procaddress] [--cuda-version V] [--ptds] [--threads T]\n"
+            "                 [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--cuda-version V] [--ptds] [--threads T]\n"
             "                 [--launch N] [--blocks B] [--hold SECONDS | --hold-until-signal]\n",
             msg);
     return 2;
@@ -108,8 +114,9 @@ static int parse(int argc, char **argv) {
         unsigned long long n = 0;
         int numeric = v && number(v, &n) == 0;
         if (!strcmp(name, "--api") && v) {
-            if (strcmp(v, "symbols") && strcmp(v, "dlsym") && strcmp(v, "procaddress"))
-                return usage("--api must be symbols, dlsym or procaddress");
+            if (strcmp(v, "symbols") && strcmp(v, "dlsym") && strcmp(v, "procaddress") && strcmp(v, "dlvsym") &&
+                strcmp(v, "dlmopen"))
+                return usage("--api must be symbols, dlsym, procaddress, dlvsym or dlmopen");
             o.api = v;
         } else if (!strcmp(name, "--alloc") && v) {
             o.kind = -1;
@@ -152,6 +159,30 @@ static int parse(int argc, char **argv) {
     return 0;
 }
 
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* The bypasses: a dlsym no interposer sees, and the driver handle it looks names up in. */
+static const char *escape(void **h, dlsym_fn *look) {
+    if (!strcmp(o.api, "dlvsym")) {
+        *look = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+        if (!*look)
+            *look = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+        if (!*look)
+            return "dlvsym(dlsym) failed";
+        *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        return *h ? NULL : dlerror();
+    }
+    void *lc = dlmopen(LM_ID_NEWLM, "libc.so.6", RTLD_NOW | RTLD_LOCAL);
+    Lmid_t ns;
+    if (!lc || dlinfo(lc, RTLD_DI_LMID, &ns) != 0)
+        return dlerror();
+    *h = dlmopen(ns, "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!*h)
+        return dlerror();
+    *look = (dlsym_fn)dlsym(lc, "dlsym"); /* the new namespace's own dlsym */
+    return *look ? NULL : "dlsym(dlsym) in the new namespace failed";
+}
+
 /* Fills api by the chosen route; returns a message on failure. */
 static const char *load_api(void) {
     if (!strcmp(o.api, "symbols")) {
@@ -159,6 +190,17 @@ static const char *load_api(void) {
         PROBE_FUNCS(LINK)
 #undef LINK
         return NULL;
+    }
+    if (!strcmp(o.api, "dlvsym") || !strcmp(o.api, "dlmopen")) {
+        void *h = NULL;
+        dlsym_fn look = NULL;
+        const char *err = escape(&h, &look);
+        if (err)
+            return err;
+#define ESCAPE(f, pname, dname, sym) api.f = (__typeof__(api.f))look(h, dname);
+        PROBE_FUNCS(ESCAPE)
+#undef ESCAPE
+        return api.Init ? NULL : "cuInit not found";
     }
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h)

@@ -193,8 +193,12 @@ func TestAccountingCatchesBypasses(t *testing.T) {
 
 // The region words a tenant rewrites (docs/usage-cache.md): used_total[0] and mem_limit[0].
 var (
-	regionUsedTotal = func() int64 { return regionOffset(func(s *region.LimitbedSpec) { s.UsedTotal = map[int]uint64{0: 0x0102030405060708} }) }()
-	regionMemLimit  = func() int64 { return regionOffset(func(s *region.LimitbedSpec) { s.Limits = map[int]uint64{0: 0x0102030405060708} }) }()
+	regionUsedTotal = func() int64 {
+		return regionOffset(func(s *region.LimitbedSpec) { s.UsedTotal = map[int]uint64{0: 0x0102030405060708} })
+	}()
+	regionMemLimit = func() int64 {
+		return regionOffset(func(s *region.LimitbedSpec) { s.Limits = map[int]uint64{0: 0x0102030405060708} })
+	}()
 )
 
 // regionOffset finds where a spec's marker value lands in the file, so no offset is repeated here.

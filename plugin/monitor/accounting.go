@@ -144,8 +144,12 @@ func (a *Accounting) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {
+		start := time.Now()
 		if _, err := a.Pass(ctx); err != nil {
 			a.Logger.Error(err, "Driver-truth accounting pass failed; nothing judged this period")
+		}
+		if took := time.Since(start); took > interval {
+			a.Logger.Info("Driver-truth accounting pass took longer than its period", "took", took, "period", interval)
 		}
 		select {
 		case <-ctx.Done():

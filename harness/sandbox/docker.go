@@ -139,7 +139,7 @@ func (c *dockerContainer) Backend() string { return "docker" }
 
 // RuntimeID is the container's ID as the kubelet writes it into a pod's status.
 func (c *dockerContainer) RuntimeID() string { return "docker://" + c.tc.GetContainerID() }
-func (c *dockerContainer) Addr() string    { return c.addr }
+func (c *dockerContainer) Addr() string      { return c.addr }
 
 // Supports: the workload image runs sshd and cron; other images may not, which the launch method
 // then reports when the daemon does not answer.

@@ -69,7 +69,7 @@ func cmdMonitorAgent(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		m, err := st.node.StartMonitor(ctx, node.MonitorConfig{Binary: bin, Enforcement: v1.Enforcement(*enf), Period: *period, ContextAllowance: *allowance})
 		ts.Check(err)
-		st.monitor, st.monitorPeriod = m, *period
+		st.monitor = m
 	case "stop":
 		st.agent(ts).Stop()
 		st.monitor = nil
@@ -170,7 +170,7 @@ func (st *state) monitorOver(ts *testscript.TestScript, ctx context.Context, neg
 	if neg {
 		// Judged and within its limit, by a pass at most PERIODS periods from now (a process just
 		// released or killed leaves the driver's list by the next pass).
-		deadline := time.Now().Add(time.Duration(*within) * st.monitorPeriod)
+		deadline := time.Now().Add(time.Duration(*within) * st.agent(ts).Period)
 		for {
 			judged, isOver := over()
 			if judged && !isOver {
@@ -189,11 +189,11 @@ func (st *state) monitorOver(ts *testscript.TestScript, ctx context.Context, neg
 		if h == nil {
 			ts.Fatalf("monitor over: no holder %s", *holderName)
 		}
-		t, err := h.grantedAt(ctx)
+		t, err := h.GrantedAt(ctx)
 		ts.Check(err)
 		since = t
 	}
-	bound := time.Duration(*within) * st.monitorPeriod
+	bound := time.Duration(*within) * st.agent(ts).Period
 	for {
 		if _, isOver := over(); isOver {
 			took := time.Since(since)

@@ -60,7 +60,7 @@ func cmdContainer(ts *testscript.TestScript, neg bool, args []string) {
 		c := st.ctr(ts, name)
 		for hn, h := range st.holders {
 			if h.container == name {
-				h.stop(ctx)
+				h.Stop(ctx)
 				delete(st.holders, hn)
 			}
 		}

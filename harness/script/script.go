@@ -99,7 +99,7 @@ func getState(ts *testscript.TestScript) *state { return ts.Value(stateKey{}).(*
 func (st *state) close() {
 	ctx := context.Background()
 	for _, h := range st.holders {
-		h.stop(ctx)
+		h.Stop(ctx)
 	}
 	if st.monitor != nil {
 		st.monitor.Stop()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/monitor"
 )
 
 // MonitorConfig is how the node runs the vgpu-monitor.
@@ -35,6 +36,7 @@ type MonitorConfig struct {
 // kubeconfig, and fakegpu's NVML reading the node's device state.
 type Monitor struct {
 	MetricsURL string
+	Period     time.Duration // its accounting period
 	cmd        *exec.Cmd
 	done       chan struct{}
 	log        *lockedBuffer
@@ -83,7 +85,11 @@ func (n *Node) StartMonitor(ctx context.Context, mc MonitorConfig) (*Monitor, er
 	}
 	cmd := exec.Command(mc.Binary, args...)
 	cmd.Env = append(os.Environ(), "FAKEGPU_PROFILE="+profile, "FAKEGPU_STATE_DIR="+n.StateDir)
-	m := &Monitor{MetricsURL: "http://127.0.0.1:" + port + "/metrics", cmd: cmd, done: make(chan struct{}), log: &lockedBuffer{}}
+	period := mc.Period
+	if period == 0 {
+		period = monitor.DefaultAccountingInterval
+	}
+	m := &Monitor{MetricsURL: "http://127.0.0.1:" + port + "/metrics", Period: period, cmd: cmd, done: make(chan struct{}), log: &lockedBuffer{}}
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("node: start %s: %w", mc.Binary, err)

@@ -71,7 +71,7 @@ static const char *const alloc_names[] = {"mem", "managed", "pitch", "async", "v
 
 static struct opts {
     const char *api;
-    int device, threads, kind, hold_signal, ptds, cuda_version;
+    int device, threads, kind, hold_signal, ptds, cuda_version, spread;
     unsigned long long mib, chunk_mib, launches, blocks;
     double hold;
 } o = {.api = "symbols", .threads = 1, .cuda_version = 12000, .blocks = 1};
@@ -88,7 +88,7 @@ static int usage(const char *msg) {
     fprintf(stderr,
             "cudaprobe: %s\nusage: cudaprobe [--device N] [--mib N] [--chunk-mib C] [--alloc=mem|managed|pitch|async|vmm|array]\n"
             "                 [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--cuda-version V] [--ptds] [--threads T]\n"
-            "                 [--launch N] [--blocks B] [--hold SECONDS | --hold-until-signal]\n",
+            "                 [--launch N] [--blocks B] [--spread N] [--hold SECONDS | --hold-until-signal]\n",
             msg);
     return 2;
 }
@@ -148,6 +148,8 @@ static int parse(int argc, char **argv) {
             o.launches = n;
         } else if (!strcmp(name, "--blocks") && n >= 1) {
             o.blocks = n;
+        } else if (!strcmp(name, "--spread") && n >= 1 && n <= 64) {
+            o.spread = (int)n;
         } else if (!strcmp(name, "--cuda-version")) {
             o.cuda_version = (int)n;
         } else {
@@ -338,6 +340,28 @@ static void json_str(const char *key, const char *v) {
     putchar('"');
 }
 
+/* --spread N: also hold --mib on each of the devices after --device, up to N devices in all, one
+ * primary context each (a process of a pod with several GPUs: what the node's accounting sees). A
+ * refusal there is reported on stderr; the JSON line speaks for --device. */
+static void spread_to_others(void) {
+    for (int d = o.device + 1; d < o.device + o.spread; d++) {
+        CUdevice other;
+        CUcontext c;
+        CUdeviceptr p;
+        CUresult r = api.DeviceGet(&other, d);
+        if (r == CUDA_SUCCESS)
+            r = api.DevicePrimaryCtxRetain(&c, other);
+        if (r == CUDA_SUCCESS)
+            r = api.CtxSetCurrent(c);
+        if (r == CUDA_SUCCESS && o.mib)
+            r = api.MemAlloc(&p, o.mib * MIB);
+        if (r != CUDA_SUCCESS)
+            fprintf(stderr, "cudaprobe: --spread: device %d: error %d\n", d, (int)r);
+    }
+    if (o.spread > 1)
+        api.CtxSetCurrent(ctx);
+}
+
 int main(int argc, char **argv) {
     if (parse(argc, argv) != 0)
         return 2;
@@ -389,6 +413,7 @@ int main(int argc, char **argv) {
                 launch_err = err_name(lr, eb[1], sizeof eb[1]);
         }
         api.MemGetInfo(&freeb, &totalb);
+        spread_to_others();
     }
 
     printf("{\"requested_mib\":%llu,\"granted_mib\":%llu", o.mib, granted);

@@ -63,6 +63,21 @@ func ReadProcess(procRoot string, pid int) (Process, error) {
 	return p, nil
 }
 
+// ReadStartTime reads only pid's start time (/proc/<pid>/stat): with a Process read earlier, it
+// tells whether the PID still names that process (its cgroup and NSpid then still hold).
+func ReadStartTime(procRoot string, pid int) (uint64, error) {
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "stat")
+	stat, err := readProc(path)
+	if err != nil {
+		return 0, err
+	}
+	st, err := parseStartTime(stat)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return st, nil
+}
+
 func readProc(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {

@@ -69,6 +69,7 @@ type Accounting struct {
 
 	killed   map[identity.Key]int     // kills so far, by container (under mu)
 	history  map[procKey]*procHistory // only Pass touches it
+	procs    map[int]identity.Process // what each PID's /proc said, while its start time holds
 	episodes map[episodeKey]bool      // (container, GPU, PID) already reported
 	strays   map[int]bool             // unattributed PIDs already logged
 	inflight regionInflight
@@ -211,13 +212,23 @@ func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapsh
 	}
 	seen := map[procKey]bool{}
 	groups := map[groupKey]*ContainerUsage{}
+	type read struct {
+		proc identity.Process
+		err  error
+	}
+	pass := map[int]read{} // a process on several GPUs is read once
 	for _, d := range devs {
 		if d.Err != nil {
 			rep.Errors = append(rep.Errors, d.Err.Error())
 			continue
 		}
 		for _, p := range d.Processes {
-			proc, err := identity.ReadProcess(root, p.PID)
+			r, ok := pass[p.PID]
+			if !ok {
+				r.proc, r.err = a.readProcess(root, p.PID)
+				pass[p.PID] = r
+			}
+			proc, err := r.proc, r.err
 			if errors.Is(err, identity.ErrNoProcess) {
 				continue // ended since the driver listed it
 			}
@@ -255,7 +266,36 @@ func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapsh
 			delete(a.history, k)
 		}
 	}
+	for pid := range a.procs {
+		if _, ok := pass[pid]; !ok {
+			delete(a.procs, pid)
+		}
+	}
 	return groups
+}
+
+// readProcess reads pid's identity, from /proc the first time and, while its start time holds (the
+// PID still names that process), from what was read then: a process's cgroup is the runtime's,
+// set when it started, and its namespace PID does not change.
+func (a *Accounting) readProcess(root string, pid int) (identity.Process, error) {
+	if a.procs == nil {
+		a.procs = map[int]identity.Process{}
+	}
+	if p, ok := a.procs[pid]; ok {
+		st, err := identity.ReadStartTime(root, pid)
+		if err == nil && st == p.StartTime {
+			return p, nil
+		}
+		delete(a.procs, pid)
+		if err != nil {
+			return identity.Process{PID: pid}, err
+		}
+	}
+	p, err := identity.ReadProcess(root, pid)
+	if err == nil {
+		a.procs[pid] = p
+	}
+	return p, err
 }
 
 // judge holds each group to its container's limit on that GPU.
@@ -304,21 +344,38 @@ func (a *Accounting) judge(groups map[groupKey]*ContainerUsage, rep *Report) {
 	sort.Slice(rep.Unattributed, func(i, j int) bool { return rep.Unattributed[i].PID < rep.Unattributed[j].PID })
 }
 
-// explain reads the usage region of every container with processes on a
-// GPU, to tell which processes its library sees (InRegion: a process the
-// region does not list does not go through libvgpu.so) and, for a container
-// over its limit, why its library did not stop it. The region is the
-// container's to write, so this only names a likely cause; what is over and
-// who is killed never depends on it.
+// explain reads the usage regions to tell which processes their library sees (InRegion: a
+// process its container's region does not list does not go through libvgpu.so) and, for a
+// container over its limit, why its library did not stop it. A process once seen in its region
+// stays seen (its slot is held while it lives), so in a steady state only the regions of
+// containers that are over, or that have a process not seen there yet, are read. The region is
+// the container's to write, so this only names a likely cause; what is over and who is killed
+// never depends on it.
 func (a *Accounting) explain(rep *Report) {
-	var keys []identity.Key
+	need := map[identity.Key]bool{}
 	for i := range rep.Usage {
-		if u := &rep.Usage[i]; !u.Container.MIG && u.Container.Limits.Source != identity.SourceNone {
-			keys = append(keys, u.Container.Key)
+		u := &rep.Usage[i]
+		if u.Container.MIG || u.Container.Limits.Source == identity.SourceNone {
+			continue
+		}
+		for j := range u.Processes {
+			p := &u.Processes[j]
+			if h := a.history[procKey{p.PID, p.StartTime, p.GPU}]; h != nil && h.inRegion {
+				p.InRegion = "yes"
+			} else {
+				need[u.Container.Key] = true
+			}
+		}
+		if u.Over {
+			need[u.Container.Key] = true
 		}
 	}
-	if len(keys) == 0 {
+	if len(need) == 0 {
 		return
+	}
+	keys := make([]identity.Key, 0, len(need))
+	for k := range need {
+		keys = append(keys, k)
 	}
 	regions := a.readRegions(keys)
 	for i := range rep.Usage {
@@ -328,7 +385,11 @@ func (a *Accounting) explain(rep *Report) {
 			continue
 		}
 		for j := range u.Processes {
-			u.Processes[j].InRegion = r.lists(u.Processes[j])
+			p := &u.Processes[j]
+			p.InRegion = r.lists(*p)
+			if h := a.history[procKey{p.PID, p.StartTime, p.GPU}]; h != nil && p.InRegion == "yes" {
+				h.inRegion = true
+			}
 		}
 		if u.Over && u.Offender != nil {
 			u.Offender.InRegion = r.lists(*u.Offender)

@@ -332,7 +332,7 @@ func TestAccountingCause(t *testing.T) {
 
 // holdSlotLocks takes the lock bytes of slots 0..n-1 on a descriptor of its own, as their
 // processes do.
-func holdSlotLocks(t *testing.T, path string, n int) {
+func holdSlotLocks(t testing.TB, path string, n int) {
 	t.Helper()
 	owner, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {

@@ -20,8 +20,9 @@ type procKey struct {
 
 // procHistory is what the driver showed of one process on one GPU.
 type procHistory struct {
-	used uint64
-	rose time.Time // when its memory last grew (first seen counts as growing)
+	used     uint64
+	rose     time.Time // when its memory last grew (first seen counts as growing)
+	inRegion bool      // its container's region listed it as a live process
 }
 
 func (a *Accounting) observe(k procKey, used uint64, now time.Time) {

@@ -27,8 +27,20 @@ func TestChartMonitorDriverTruth(t *testing.T) {
 	if v, _ := env(m, "FAKEGPU_PROFILE"); v != "/etc/fakegpu/profile" {
 		t.Errorf("FAKEGPU_PROFILE = %q", v)
 	}
-	if mp, hp := r.mountOf(t, m, "fakegpu-profile"); mp != "/etc/fakegpu/profile" || hp != "/usr/local/vgpu/fakegpu/profiles/a16-16q.profile" {
-		t.Errorf("profile %q mounted at %q", hp, mp)
+	profileMount := func(r rendered) string {
+		for _, vm := range r.container(t, "vgpu-monitor").VolumeMounts {
+			if vm.MountPath == "/etc/fakegpu/profile" && vm.Name == "vgpu" {
+				return vm.SubPath
+			}
+		}
+		return ""
+	}
+	if sub := profileMount(r); sub != "fakegpu/profiles/a16-16q.profile" {
+		t.Errorf("profile mounted from subPath %q of the vgpu volume", sub)
+	}
+	nodeProfiles := render(t, values("fakeDriver.enabled", true, "fakeDriver.nodeProfiles", []any{map[string]any{"name": "w3", "profile": "a100-mig"}}))
+	if sub := profileMount(nodeProfiles); sub != "fakegpu/node.profile" {
+		t.Errorf("with nodeProfiles the profile is mounted from subPath %q", sub)
 	}
 	if mp, hp := r.mountOf(t, m, "fakegpu-state"); mp != "/var/lib/fakegpu" || hp != mp {
 		t.Errorf("state %q mounted at %q", hp, mp)

@@ -79,9 +79,13 @@ func TestNodeFaultIsNamed(t *testing.T) {
 		{"monitor misses a container", func(w *world) { w.metrics = "# no samples\n" }, "monitor", Fail, "exports no limit for " + podUID + "_main"},
 		{"metrics unreachable", func(w *world) { w.pluginPod().Spec.Containers[1].Args = []string{"--metrics-address=:9999"} },
 			"monitor", Warn, "port-forward limitbed-x7k2p 9999"},
-		{"over its limit by the driver's count", func(w *world) { w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(5696, "yes", 1), 1) },
+		{"over its limit by the driver's count", func(w *world) {
+			w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(5696, "yes", 1), 1)
+		},
 			"driver-truth", Fail, "team/train/main on GPU-3c5a (driver 5696 MiB, limit with allowance 4024 MiB)"},
-		{"a process the library does not see", func(w *world) { w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(2000, "no", 0), 1) },
+		{"a process the library does not see", func(w *world) {
+			w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(2000, "no", 0), 1)
+		},
 			"driver-truth", Fail, "pid 4242 on GPU-3c5a holds 2000 MiB in team/train/main"},
 		{"a process of no known container", func(w *world) {
 			w.metrics += `hami_driver_process_memory_bytes{container="",gpu_uuid="GPU-3c5a",in_region="",pid="99",pod_uid=""} 5.24288e+08` + "\n"

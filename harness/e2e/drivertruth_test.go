@@ -160,18 +160,13 @@ func hold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api s
 	return h
 }
 
-func grantedAt(t *testing.T, h *launch.Holder) time.Time {
-	t.Helper()
-	at, err := h.GrantedAt(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return at
-}
+func grantedAt(t *testing.T, h *launch.Holder) time.Time { return stamp(t, h.GrantedAt) }
 
-func endedAt(t *testing.T, h *launch.Holder) time.Time {
+func endedAt(t *testing.T, h *launch.Holder) time.Time { return stamp(t, h.EndedAt) }
+
+func stamp(t *testing.T, f func(context.Context) (time.Time, error)) time.Time {
 	t.Helper()
-	at, err := h.EndedAt(t.Context())
+	at, err := f(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,14 +53,14 @@ func fromResolved(src Source, r limitsfile.Resolved, n int) Limits {
 	return Limits{Source: src, Memory: append([]uint64(nil), r.Memory[:n]...), SM: r.SM[0], Policy: r.Policy, Priority: r.Priority}
 }
 
-// specValue is the literal value of name in the container spec (the last
-// definition wins, as for the runtime; valueFrom is not known to the node).
+// specValue is the value of name in the container spec: its last definition,
+// as for the runtime. One taken from elsewhere (valueFrom) is not known to
+// the node: no value, and the library's default applies in the verdict.
 func specValue(c *corev1.Container, name string) (string, bool) {
-	val, ok := "", false
-	for _, e := range c.Env {
-		if e.Name == name && e.ValueFrom == nil {
-			val, ok = e.Value, true
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		if e := c.Env[i]; e.Name == name {
+			return e.Value, e.ValueFrom == nil
 		}
 	}
-	return val, ok
+	return "", false
 }

@@ -147,23 +147,8 @@ func benchNode(b *testing.B, seen bool) (*Accounting, func()) {
 			stop()
 			b.Fatalf("process %d: %q %v", i, line, err)
 		}
-		pd := filepath.Join(proc, strconv.Itoa(c.Process.Pid))
-		if err := os.MkdirAll(pd, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for _, f := range []string{"stat", "status"} {
-			data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.Process.Pid), f))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(pd, f), data, 0o644); err != nil {
-				b.Fatal(err)
-			}
-		}
-		cg := "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
-		if err := os.WriteFile(filepath.Join(pd, "cgroup"), []byte(cg), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		mirrorProc(b, proc, c.Process.Pid, "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"+
+			strings.ReplaceAll(uid, "-", "_")+".slice/cri-containerd-"+cid+".scope\n")
 		key := uid + "_main"
 		if err := os.MkdirAll(filepath.Join(containers, key), 0o755); err != nil {
 			b.Fatal(err)

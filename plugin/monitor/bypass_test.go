@@ -78,23 +78,30 @@ func (n *bypassNode) hold(t *testing.T, uid, cid, preload, api string, mib int) 
 	if err != nil || !strings.Contains(line, fmt.Sprintf(`"granted_mib":%d`, mib)) {
 		t.Fatalf("%s via %s: %q %v", uid, api, line, err)
 	}
-	dir := filepath.Join(n.proc, strconv.Itoa(c.Process.Pid))
+	mirrorProc(t, n.proc, c.Process.Pid, "0::/system.slice/docker-"+cid+".scope\n")
+	return c
+}
+
+// mirrorProc gives a real process an entry in a /proc of the test's own: its stat and status
+// copied (the kernel's start time and PIDs) and the cgroup file its container would have.
+func mirrorProc(tb testing.TB, root string, pid int, cgroup string) {
+	tb.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, f := range []string{"stat", "status"} {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.Process.Pid), f))
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), f))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte("0::/system.slice/docker-"+cid+".scope\n"), 0o644); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
+		tb.Fatal(err)
 	}
-	return c
 }
 
 // alive reports whether c still runs (not yet waited for).

@@ -22,15 +22,10 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--compat-profile: %w", err)
 	}
-	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile, logger)
+	eff, err := v1.LoadEffective(o.deviceConfigFile, o.nodeConfigFile, o.nodeName, logger)
 	if err != nil {
 		return err
 	}
-	pc, err := v1.LoadPluginConfig(o.nodeConfigFile, logger)
-	if err != nil {
-		return err
-	}
-	eff := v1.Resolve(dc, pc, o.nodeName)
 
 	kube, err := kubeclient.Client(o.kubeconfig)
 	if err != nil {

@@ -23,15 +23,10 @@ import (
 // driver-truth accounting and serves /metrics until ctx ends.
 func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
-	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile, logger)
+	eff, err := v1.LoadEffective(o.deviceConfigFile, o.nodeConfigFile, o.nodeName, logger)
 	if err != nil {
 		return err
 	}
-	pc, err := v1.LoadPluginConfig(o.nodeConfigFile, logger)
-	if err != nil {
-		return err
-	}
-	eff := v1.Resolve(dc, pc, o.nodeName)
 	kube, err := kubeclient.Client(o.kubeconfig)
 	if err != nil {
 		return err

@@ -1,5 +1,7 @@
 package v1
 
+import "github.com/go-logr/logr"
+
 // Effective is the configuration in force on one node: global values with
 // the node's entry applied on top, every field resolved to a value.
 type Effective struct {
@@ -27,6 +29,21 @@ const (
 	DefaultDeviceSplitCount  = 10
 	DefaultResourceCountName = "nvidia.com/gpu"
 )
+
+// LoadEffective reads the global device configuration (deviceFile; "" = none) and the per-node
+// overrides (nodeFile; a missing file = none) and resolves them for nodeName: what both binaries
+// start from.
+func LoadEffective(deviceFile, nodeFile, nodeName string, log logr.Logger) (Effective, error) {
+	dc, err := LoadDeviceConfig(deviceFile, log)
+	if err != nil {
+		return Effective{}, err
+	}
+	pc, err := LoadPluginConfig(nodeFile, log)
+	if err != nil {
+		return Effective{}, err
+	}
+	return Resolve(dc, pc, nodeName), nil
+}
 
 // Resolve merges the global config and the entry of pc named nodeName. Later
 // matching entries override earlier ones field by field.

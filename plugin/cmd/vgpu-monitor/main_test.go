@@ -12,6 +12,10 @@ import (
 // TestRunRejectsBadFlags: run fails before doing anything, with an error
 // that names the offending flag (or its environment twin).
 func TestRunRejectsBadFlags(t *testing.T) {
+	badConfig := filepath.Join(t.TempDir(), "device-config.yaml")
+	if err := os.WriteFile(badConfig, []byte("nvidia:\n  enforcement: shoot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name    string
 		args    []string
@@ -26,7 +30,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"zero scrape timeout", []string{"--node-name=n", "--scrape-timeout=0s"}, nil, "--scrape-timeout"},
 		{"negative accounting interval", []string{"--node-name=n", "--accounting-interval=-1s"}, nil, "--accounting-interval"},
 		{"bad context allowance", []string{"--node-name=n", "--context-allowance=1GiB"}, nil, "-context-allowance"},
-		{"bad enforcement", []string{"--node-name=n", "--device-config-file=" + writeTemp("nvidia:\n  enforcement: shoot\n")}, nil, `enforcement: "shoot" is not one of report|kill`},
+		{"bad enforcement", []string{"--node-name=n", "--device-config-file=" + badConfig}, nil, `enforcement: "shoot" is not one of report|kill`},
 		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {
@@ -40,19 +44,6 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			}
 		})
 	}
-}
-
-// writeTemp writes data to a new temporary file and returns its path.
-func writeTemp(data string) string {
-	f, err := os.CreateTemp("", "vgpu-monitor-test-")
-	if err != nil {
-		panic(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteString(data); err != nil {
-		panic(err)
-	}
-	return f.Name()
 }
 
 // TestRunStopsOnCancel: with valid flags run keeps sweeping (the API server

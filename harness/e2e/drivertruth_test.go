@@ -56,6 +56,8 @@ func TestKindDriverTruth(t *testing.T) {
 		seen := waitJudged(t, e, node, tenantUID, true)
 		if took := seen.Sub(granted); took > 2*accountingPeriod {
 			t.Errorf("found over %v after the allocation, want within two periods (%v)", took, 2*accountingPeriod)
+		} else {
+			t.Logf("found over %v after the allocation", took.Round(time.Millisecond))
 		}
 		if running, err := b.Running(t.Context()); err != nil || !running {
 			t.Errorf("report killed the bypass (running %v, %v)", running, err)
@@ -112,6 +114,8 @@ func TestKindDriverTruth(t *testing.T) {
 			granted, ended := grantedAt(t, b), endedAt(t, b)
 			if took := ended.Sub(granted); took > 2*accountingPeriod {
 				t.Errorf("killed %v after its allocation, want within two periods (%v)", took, 2*accountingPeriod)
+			} else {
+				t.Logf("killed %v after its allocation", took.Round(time.Millisecond))
 			}
 			for _, h := range []*launch.Holder{honest, other} {
 				if running, err := h.Running(t.Context()); err != nil || !running {

@@ -144,10 +144,17 @@ func (a *Accounting) kills() map[identity.Key]int {
 func (a *Accounting) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
+	failing := "" // the last failure logged: a lasting one (no driver yet) is logged once, not every period
 	for {
 		start := time.Now()
-		if _, err := a.Pass(ctx); err != nil {
-			a.Logger.Error(err, "Driver-truth accounting pass failed; nothing judged this period")
+		_, err := a.Pass(ctx)
+		switch {
+		case err != nil && err.Error() != failing:
+			failing = err.Error()
+			a.Logger.Error(err, "Driver-truth accounting pass failed; nothing is judged until a pass succeeds")
+		case err == nil && failing != "":
+			failing = ""
+			a.Logger.Info("Driver-truth accounting passes again")
 		}
 		if took := time.Since(start); took > interval {
 			a.Logger.Info("Driver-truth accounting pass took longer than its period", "took", took, "period", interval)

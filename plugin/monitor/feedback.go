@@ -79,6 +79,9 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 	if f.lastActive == nil {
 		f.lastActive = map[string]time.Time{}
 	}
+	if f.Identity == nil {
+		return PassResult{}, fmt.Errorf("feedback: no identity source: the containers' GPUs and priority are unknown")
+	}
 	entries, err := os.ReadDir(f.Dir)
 	if err != nil {
 		return PassResult{}, fmt.Errorf("feedback: list %s: %w", f.Dir, err)

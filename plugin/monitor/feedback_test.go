@@ -116,4 +116,8 @@ func TestFeedbackTakesGPUsAndPriorityFromIdentity(t *testing.T) {
 	if res, _ = f.Pass(context.Background()); res.Switch["victim_main"] != 1 || res.Switch["high_main"] != 1 {
 		t.Errorf("without an identity: %v, want every container throttled", res.Switch)
 	}
+	f.Identity = nil
+	if _, err := f.Pass(context.Background()); err == nil {
+		t.Error("a pass without an identity source")
+	}
 }

@@ -11,6 +11,6 @@ printf '\n=== compute limit on fakegpu: limitbed bench compute (uniform, shape m
 make -s c OUT="$PWD/build"
 go run ./harness/cmd/limitbed bench compute --build "$PWD/build" --seconds "${BENCH_COMPUTE_SECONDS:-12}" --windows
 if [ -d plugin ]; then
-	printf '\n=== device plugin Allocate (Go benchmarks)\n'
+	printf '\n=== device plugin Allocate, the monitor'"'"'s scrape and accounting period (Go benchmarks)\n'
 	go test -run '^$' -bench . -benchmem -count=1 ./plugin/...
 fi

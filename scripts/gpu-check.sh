@@ -25,6 +25,8 @@
 #     judge       the memory judge's workload (memload) on the real driver, one sequence per class
 #                 of escape, exec and login sessions, judged by nvidia-smi's per-process figures
 #                 (harness/memjudge/real.sh)
+#     drivertruth the node monitor's driver-truth accounting: the driver's per-process figures
+#                 against its attribution, an honest process and a bypass (limitbed bench drivertruth)
 # A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
-all_sections="memory paths frameworks legacy overhead compute torch judge"
+all_sections="memory paths frameworks legacy overhead compute torch judge drivertruth"
 sections=${*:-$all_sections}
 for sec in $sections; do
 	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
@@ -205,6 +207,14 @@ for i in 1 2 3 4 5; do
 done
 fi
 
+# Without Go here, a limitbed binary built elsewhere as $out/bin/limitbed runs the benchmarks.
+limitbed_cli=()
+if command -v go >/dev/null; then
+	limitbed_cli=(go run ./harness/cmd/limitbed)
+elif [ -x "$out/bin/limitbed" ]; then
+	limitbed_cli=("$out/bin/limitbed")
+fi
+
 if want compute; then
 echo "== compute limit: CUDA_DEVICE_SM_LIMIT=30, GPU_CORE_UTILIZATION_POLICY=force; ~1 ms kernels on all SMs"
 spin_s=${SPIN_SECONDS:-20}
@@ -229,13 +239,6 @@ check "compute limit 30% achieved ratio, whole run" "within-0.25-0.45" "ratio $r
 # default policy alone with the node monitor's decision running: every 10 s window after 2 s
 # within the limit +- 0.02, default alone >= 0.95 of unlimited.
 echo "== compute limit per workload and policy: limitbed bench compute --real (${bench_s} s runs)"
-# Without Go here, a limitbed binary built elsewhere as $out/bin/limitbed runs it.
-limitbed_cli=()
-if command -v go >/dev/null; then
-	limitbed_cli=(go run ./harness/cmd/limitbed)
-elif [ -x "$out/bin/limitbed" ]; then
-	limitbed_cli=("$out/bin/limitbed")
-fi
 if [ ${#limitbed_cli[@]} -gt 0 ]; then
 	bench_out=$("${limitbed_cli[@]}" bench compute --real --build "$out" --seconds "$bench_s" \
 		--limits 30,60 --policies force,default --windows 2>&1)
@@ -275,6 +278,26 @@ make -s -C harness/memjudge/memload real OUT="$out" >/dev/null
 for mode in env login; do
 	JUDGE_MEMLOAD="$out/bin-real/memload" JUDGE_LIB="$lib" harness/memjudge/real.sh "$mode" || fail=1
 done
+fi
+
+if want drivertruth; then
+# The node's driver-truth accounting (plugin/monitor) against the real driver: two containers as
+# real cgroups, an honest 1000 MiB process under a 3000 MiB limit and a 4096 MiB bypass (glibc's
+# own dlsym) in the tenant, 1000 MiB in the neighbour. Per process the driver's usedGpuMemory, the
+# library's count and the monitor's attribution; the tenant over, the bypass the offender, the
+# neighbour within; with --kill the bypass alone SIGKILLed.
+echo "== driver truth: the driver's per-process figures against the monitor's attribution"
+if [ ${#limitbed_cli[@]} -gt 0 ]; then
+	for mode in report kill; do
+		kill_flag=()
+		[ $mode = kill ] && kill_flag=(--kill)
+		dt_out=$("${limitbed_cli[@]}" bench drivertruth --real --build "$out" "${kill_flag[@]}" 2>&1)
+		echo "$dt_out"
+		check "bench drivertruth ($mode)" "matches the driver" "$dt_out"
+	done
+else
+	echo "SKIP bench drivertruth: no Go toolchain and no $out/bin/limitbed on this machine (go build -o $out/bin/limitbed ./harness/cmd/limitbed elsewhere)"
+fi
 fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"

@@ -1,8 +1,11 @@
 /*
  * Processes on a device, read from the shared state: every live process that holds a context or
  * memory there, with its bytes (allocations + contexts) and, in MIG mode, its GPU/compute
- * instance. PIDs are as each process sees itself: across PID namespaces they are the
- * container's numbers (a real driver reports host PIDs).
+ * instance. PIDs are as the *caller's* PID namespace sees them (fg_state_slot_pid: the kernel's
+ * translation of a lock holder's PID): a node agent in the host's namespace gets host PIDs, as
+ * from a real driver; a process in a container gets its container's PIDs for its own processes
+ * (a real driver would give host PIDs there too) and, for others it cannot see, the PID their
+ * owner recorded.
  */
 #include <string.h>
 #include <time.h>
@@ -49,7 +52,7 @@ static nvmlReturn_t collect(const fg_nvdev *d, row *rows, unsigned *n) {
             if (!b)
                 continue;
             row *r = &rows[(*n)++];
-            r->pid = (unsigned)sl->pid, r->used = b;
+            r->pid = (unsigned)fg_state_slot_pid(&fg_nv.st, s), r->used = b;
             r->gi = migs[u] < 0 ? 0xFFFFFFFFu : dv->mig[migs[u]].gpu_instance_id;
             r->ci = migs[u] < 0 ? 0xFFFFFFFFu : dv->mig[migs[u]].compute_instance_id;
         }

@@ -65,8 +65,13 @@ static int reopen(fg_state *st, int pin) {
 
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
     char msg[300];
+    /* A re-attach keeps the side file open: closing it would drop this process's classic locks. */
+    int pids_fd = st->pids_open ? st->pids_fd : -1, pids_open = st->pids_open;
+    dev_t pids_dev = st->pids_dev;
+    ino_t pids_ino = st->pids_ino;
     memset(st, 0, sizeof *st);
-    st->fd = -1, st->slot = -1;
+    st->fd = -1, st->slot = -1, st->pids_fd = pids_fd, st->pids_open = pids_open;
+    st->pids_dev = pids_dev, st->pids_ino = pids_ino;
     fg_copy(st->path, sizeof st->path, path);
     char dir[sizeof st->path];
     fg_copy(dir, sizeof dir, path);
@@ -142,7 +147,7 @@ void fg_state_detach(fg_state *st) {
         munmap(st->sh, sizeof *st->sh);
     if (fd_ours(st))
         close(st->fd); /* with the mapping gone, this drops our liveness lock: our slot reads as dead */
-    st->sh = NULL, st->fd = -1, st->slot = -1;
+    st->sh = NULL, st->fd = -1, st->slot = -1; /* pids_fd stays open: see state.h */
 }
 
 void fg_state_after_fork(fg_state *st) {
@@ -185,6 +190,37 @@ static void unhold_all(fg_state *st, int slot) {
         if (!any)
             memset(a, 0, sizeof *a);
     }
+}
+
+/* The side file of classic locks, opened on first use and kept (state.h). -1 when it cannot be. */
+static int pids_file(fg_state *st) {
+    struct stat sb;
+    if (st->pids_open && fstat(st->pids_fd, &sb) == 0 && sb.st_dev == st->pids_dev && sb.st_ino == st->pids_ino)
+        return st->pids_fd;
+    st->pids_open = 0; /* the program closed it or put a file of its own on its number: left alone */
+    char path[sizeof st->path + 8];
+    snprintf(path, sizeof path, "%s.pids", st->path);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return -1; /* tried again next time */
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return -1;
+    }
+    (void)fchmod(fd, 0666); /* every user and container of the host shares it, as the state */
+    st->pids_open = 1, st->pids_dev = sb.st_dev, st->pids_ino = sb.st_ino;
+    return st->pids_fd = fd;
+}
+
+int32_t fg_state_slot_pid(fg_state *st, int slot) {
+    int32_t recorded = st->sh->slot[slot].pid;
+    int fd = pids_file(st);
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET, fl.l_start = slot, fl.l_len = 1;
+    if (fd < 0 || fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type == F_UNLCK || fl.l_pid <= 0)
+        return recorded; /* our own lock (never reported to us), none taken, or not visible here */
+    return (int32_t)fl.l_pid;
 }
 
 static void reap(fg_state *st) {
@@ -239,6 +275,15 @@ int fg_state_own_slot(fg_state *st) {
         s->in_use = 1;
         s->pid = (int32_t)getpid();
         st->slot = i, st->pid = getpid();
+        /* Under the state mutex, so no reader sees the slot before its PID lock. Best effort: without
+         * it readers get the recorded PID. */
+        int pfd = pids_file(st);
+        if (pfd >= 0) {
+            struct flock pl;
+            memset(&pl, 0, sizeof pl);
+            pl.l_type = F_WRLCK, pl.l_whence = SEEK_SET, pl.l_start = i, pl.l_len = 1;
+            (void)fcntl(pfd, F_SETLK, &pl);
+        }
         return i;
     }
     return -1;

@@ -27,6 +27,20 @@
  *   position we parked our description at, which no other description of it has); if not, the file is opened again and
  *   the old number is left alone. fakegpu never locks, reads or closes a descriptor it did not
  *   open (it cannot tell one a thread of the program swaps in between the check and the use).
+ *
+ * PIDs as the reader sees them (the NVML process list): a real driver records each process by
+ * its host PID, whatever namespace it runs in. The kernel offers the same translation for classic
+ * POSIX record locks: F_GETLK reports the holder's PID in the *asking* process's PID namespace (0
+ * when the holder is not visible there). So a slot owner also takes a classic write lock on byte
+ * [slot] of a side file, <state>.pids, and a reader asks F_GETLK for it: a node agent in the host's
+ * namespace (or a kind node's) gets the PID it can map and signal, a process in a container gets
+ * its own container's PIDs. Classic locks are dropped when their process closes *any* descriptor
+ * of the file, so the side file is opened once per library and never closed (fg_state_detach
+ * leaves it open; O_CLOEXEC ends it at exec, with the process's slot). A slot whose classic lock
+ * is not visible (the reader's own, or not taken) reports the PID its owner recorded. The program
+ * may still close the side file's descriptor (closefrom): its lock goes with it and readers get the
+ * recorded PID (the fake's limit: a driver keeps host PIDs itself); the descriptor is checked to
+ * be the side file before each use and opened again when it is not, never another file locked.
  */
 #ifndef FG_STATE_H
 #define FG_STATE_H
@@ -97,6 +111,10 @@ typedef struct fg_shared {
 typedef struct fg_state {
     fg_shared *sh;
     int fd;
+    int pids_fd;   /* <path>.pids: classic locks for PID translation; opened once, never closed */
+    int pids_open; /* pids_fd is open (the struct starts zeroed: fd 0 is not "open") */
+    dev_t pids_dev; /* the side file pids_fd was opened on, checked before each use */
+    ino_t pids_ino;
     int slot;  /* this process's slot, -1 until it needs one */
     pid_t pid; /* the process this attachment (descriptor, mapping, slot) belongs to */
     dev_t dev; /* the state file: a descriptor that no longer names it is not ours */
@@ -137,6 +155,9 @@ uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64
 uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_t boost);
 /* The same as a percentage. */
 unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
+
+/* The PID of slot's owner in the caller's PID namespace (see "PIDs as the reader sees them"). */
+int32_t fg_state_slot_pid(fg_state *st, int slot);
 
 /* Not under the lock: in a forked child, before anything else. Detaches (fails closed) when the
  * file cannot be opened again. */

@@ -7,6 +7,12 @@
  *   symbols      the linked entry points (what code compiled against cuda.h calls)
  *   dlsym        dlopen("libcuda.so.1") + dlsym of the versioned names (pre-11.3 runtimes)
  *   procaddress  dlsym of cuGetProcAddress only, everything else through it (CUDA >= 11.3 runtimes)
+ * and two ways a process escapes an interposer on purpose (docs/attacks.md), for the node's
+ * driver-truth accounting to catch:
+ *   dlvsym       glibc's own dlsym, fetched with dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"),
+ *                so an interposed dlsym never sees the lookups
+ *   dlmopen      libc and the driver loaded into a new link namespace (dlmopen(LM_ID_NEWLM)),
+ *                where no preload applies, and the names looked up with that namespace's dlsym
  * Built only against limitbed's abi headers, so the same source links against the real driver.
  *
  * Exit status: 0 when the probe ran (a refused allocation is a result, in the JSON), 1 when the
@@ -65,7 +71,7 @@ static const char *const alloc_names[] = {"mem", "managed", "pitch", "async", "v
 
 static struct opts {
     const char *api;
-    int device, threads, kind, hold_signal, ptds, cuda_version;
+    int device, threads, kind, hold_signal, ptds, cuda_version, spread;
     unsigned long long mib, chunk_mib, launches, blocks;
     double hold;
 } o = {.api = "symbols", .threads = 1, .cuda_version = 12000, .blocks = 1};
@@ -81,8 +87,8 @@ static const char *err_name(CUresult r, char *buf, size_t len) {
 static int usage(const char *msg) {
     fprintf(stderr,
             "cudaprobe: %s\nusage: cudaprobe [--device N] [--mib N] [--chunk-mib C] [--alloc=mem|managed|pitch|async|vmm|array]\n"
-            "                 [--api=symbols|dlsym|procaddress] [--cuda-version V] [--ptds] [--threads T]\n"
-            "                 [--launch N] [--blocks B] [--hold SECONDS | --hold-until-signal]\n",
+            "                 [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--cuda-version V] [--ptds] [--threads T]\n"
+            "                 [--launch N] [--blocks B] [--spread N] [--hold SECONDS | --hold-until-signal]\n",
             msg);
     return 2;
 }
@@ -108,8 +114,9 @@ static int parse(int argc, char **argv) {
         unsigned long long n = 0;
         int numeric = v && number(v, &n) == 0;
         if (!strcmp(name, "--api") && v) {
-            if (strcmp(v, "symbols") && strcmp(v, "dlsym") && strcmp(v, "procaddress"))
-                return usage("--api must be symbols, dlsym or procaddress");
+            if (strcmp(v, "symbols") && strcmp(v, "dlsym") && strcmp(v, "procaddress") && strcmp(v, "dlvsym") &&
+                strcmp(v, "dlmopen"))
+                return usage("--api must be symbols, dlsym, procaddress, dlvsym or dlmopen");
             o.api = v;
         } else if (!strcmp(name, "--alloc") && v) {
             o.kind = -1;
@@ -141,6 +148,8 @@ static int parse(int argc, char **argv) {
             o.launches = n;
         } else if (!strcmp(name, "--blocks") && n >= 1) {
             o.blocks = n;
+        } else if (!strcmp(name, "--spread") && n >= 1 && n <= 64) {
+            o.spread = (int)n;
         } else if (!strcmp(name, "--cuda-version")) {
             o.cuda_version = (int)n;
         } else {
@@ -152,6 +161,30 @@ static int parse(int argc, char **argv) {
     return 0;
 }
 
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* The bypasses: a dlsym no interposer sees, and the driver handle it looks names up in. */
+static const char *escape(void **h, dlsym_fn *look) {
+    if (!strcmp(o.api, "dlvsym")) {
+        *look = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+        if (!*look)
+            *look = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+        if (!*look)
+            return "dlvsym(dlsym) failed";
+        *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        return *h ? NULL : dlerror();
+    }
+    void *lc = dlmopen(LM_ID_NEWLM, "libc.so.6", RTLD_NOW | RTLD_LOCAL);
+    Lmid_t ns;
+    if (!lc || dlinfo(lc, RTLD_DI_LMID, &ns) != 0)
+        return dlerror();
+    *h = dlmopen(ns, "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!*h)
+        return dlerror();
+    *look = (dlsym_fn)dlsym(lc, "dlsym"); /* the new namespace's own dlsym */
+    return *look ? NULL : "dlsym(dlsym) in the new namespace failed";
+}
+
 /* Fills api by the chosen route; returns a message on failure. */
 static const char *load_api(void) {
     if (!strcmp(o.api, "symbols")) {
@@ -159,6 +192,17 @@ static const char *load_api(void) {
         PROBE_FUNCS(LINK)
 #undef LINK
         return NULL;
+    }
+    if (!strcmp(o.api, "dlvsym") || !strcmp(o.api, "dlmopen")) {
+        void *h = NULL;
+        dlsym_fn look = NULL;
+        const char *err = escape(&h, &look);
+        if (err)
+            return err;
+#define ESCAPE(f, pname, dname, sym) api.f = (__typeof__(api.f))look(h, dname);
+        PROBE_FUNCS(ESCAPE)
+#undef ESCAPE
+        return api.Init ? NULL : "cuInit not found";
     }
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h)
@@ -296,6 +340,28 @@ static void json_str(const char *key, const char *v) {
     putchar('"');
 }
 
+/* --spread N: also hold --mib on each of the devices after --device, up to N devices in all, one
+ * primary context each (a process of a pod with several GPUs: what the node's accounting sees). A
+ * refusal there is reported on stderr; the JSON line speaks for --device. */
+static void spread_to_others(void) {
+    for (int d = o.device + 1; d < o.device + o.spread; d++) {
+        CUdevice other;
+        CUcontext c;
+        CUdeviceptr p;
+        CUresult r = api.DeviceGet(&other, d);
+        if (r == CUDA_SUCCESS)
+            r = api.DevicePrimaryCtxRetain(&c, other);
+        if (r == CUDA_SUCCESS)
+            r = api.CtxSetCurrent(c);
+        if (r == CUDA_SUCCESS && o.mib)
+            r = api.MemAlloc(&p, o.mib * MIB);
+        if (r != CUDA_SUCCESS)
+            fprintf(stderr, "cudaprobe: --spread: device %d: error %d\n", d, (int)r);
+    }
+    if (o.spread > 1)
+        api.CtxSetCurrent(ctx);
+}
+
 int main(int argc, char **argv) {
     if (parse(argc, argv) != 0)
         return 2;
@@ -347,6 +413,7 @@ int main(int argc, char **argv) {
                 launch_err = err_name(lr, eb[1], sizeof eb[1]);
         }
         api.MemGetInfo(&freeb, &totalb);
+        spread_to_others();
     }
 
     printf("{\"requested_mib\":%llu,\"granted_mib\":%llu", o.mib, granted);

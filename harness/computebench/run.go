@@ -13,8 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
 
@@ -58,6 +61,11 @@ type Runner struct {
 	n int
 }
 
+// staticIdentity is a node identity that does not change.
+type staticIdentity struct{ snap *identity.Snapshot }
+
+func (s staticIdentity) Snapshot(context.Context) (*identity.Snapshot, error) { return s.snap, nil }
+
 // Run runs one case and returns launchprobe's result.
 func (r *Runner) Run(ctx context.Context, c Case) (ProbeResult, error) {
 	r.n++
@@ -83,7 +91,11 @@ func (r *Runner) Run(ctx context.Context, c Case) (ProbeResult, error) {
 	if c.Policy == "default" {
 		fctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		f := &monitor.Feedback{Dir: containers, Hold: 2 * monitor.DefaultFeedbackInterval, Logger: r.Logger}
+		// The node's record of the one container: alone, so its GPUs need not be known.
+		alone := &identity.Container{Key: identity.Key{PodUID: types.UID(fmt.Sprintf("bench%d", r.n)), Container: "main"},
+			Limits: identity.Limits{Source: identity.SourceFile, Priority: limitsfile.DefaultPriority}}
+		ids := staticIdentity{identity.NewSnapshot(time.Now(), []*identity.Container{alone})}
+		f := &monitor.Feedback{Dir: containers, Identity: ids, Hold: 2 * monitor.DefaultFeedbackInterval, Logger: r.Logger}
 		wg.Add(1)
 		go func() { defer wg.Done(); f.Run(fctx, monitor.DefaultFeedbackInterval) }()
 		stop = func() { cancel(); wg.Wait() }

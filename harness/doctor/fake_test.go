@@ -181,8 +181,21 @@ func healthy(region []byte) *world {
 		}},
 		loginView: gpuinfoJSON(3000),
 		metrics: "# HELP hami_container_memory_limit_bytes x\n# TYPE hami_container_memory_limit_bytes gauge\n" +
-			`hami_container_memory_limit_bytes{container="main",device_index="0",pod_uid="` + podUID + `"} 3.145728e+09` + "\n",
+			`hami_container_memory_limit_bytes{container="main",device_index="0",pod_uid="` + podUID + `"} 3.145728e+09` + "\n" +
+			`hami_container_memory_used_bytes{container="main",device_index="0",pod_uid="` + podUID + `"} 1.048576e+09` + "\n" +
+			driverMetrics(1300, "yes", 0),
 	}
+}
+
+// driverMetrics is the monitor's driver-truth accounting of the workload: driverMiB on its GPU
+// held by one process (inRegion: whether its usage region lists it), over its limit or not.
+func driverMetrics(driverMiB int, inRegion string, over int) string {
+	l := `container="main",device_index="0",gpu_uuid="GPU-3c5a",pod_uid="` + podUID + `"`
+	return fmt.Sprintf("hami_monitor_driver_last_pass_timestamp_seconds 1.7e+09\nhami_monitor_driver_errors 0\n"+
+		"hami_container_driver_memory_bytes{%s} %d\nhami_container_driver_memory_bound_bytes{%s} %d\n"+
+		"hami_container_driver_memory_over_limit{%s} %d\n"+
+		`hami_driver_process_memory_bytes{container="main",gpu_uuid="GPU-3c5a",in_region="%s",pid="4242",pod_uid="%s"} %d`+"\n",
+		l, driverMiB<<20, l, 4024<<20, l, over, inRegion, podUID, driverMiB<<20)
 }
 
 func (w *world) doctor() *Doctor {

@@ -6,18 +6,9 @@ import "strings"
 // text exposition. Lines that are not samples of metric are skipped.
 func metricPodContainers(body []byte, metric string) map[string]bool {
 	out := map[string]bool{}
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, metric+"{")
-		if !ok {
-			continue
-		}
-		labels, _, ok := strings.Cut(rest, "}")
-		if !ok {
-			continue
-		}
-		l := parseLabels(labels)
-		if l["pod_uid"] != "" && l["container"] != "" {
-			out[l["pod_uid"]+"_"+l["container"]] = true
+	for _, s := range metricSamples(body, metric) {
+		if s.labels["pod_uid"] != "" && s.labels["container"] != "" {
+			out[s.labels["pod_uid"]+"_"+s.labels["container"]] = true
 		}
 	}
 	return out

@@ -18,14 +18,16 @@ import (
 
 // nodeRun is what the checks of one node learn, step by step.
 type nodeRun struct {
-	d      *Doctor
-	node   *corev1.Node
-	pp     pluginPod
-	pc     sandbox.Container // the device-plugin container; nil when unreachable
-	cfg    pluginConfig
-	want   map[string]bool // <podUID>_<container> of live GPU containers that should have a .limits file
-	live   map[string]bool // UIDs of the node's pods that are not gone
-	report *Report
+	d       *Doctor
+	node    *corev1.Node
+	pp      pluginPod
+	pc      sandbox.Container // the device-plugin container; nil when unreachable
+	cfg     pluginConfig
+	want    map[string]bool   // <podUID>_<container> of live GPU containers that should have a .limits file
+	live    map[string]bool   // UIDs of the node's pods that are not gone
+	names   map[string]string // pod UID -> namespace/name
+	metrics []byte            // the monitor's /metrics, once read
+	report  *Report
 }
 
 // Node runs the node checklist. The error is for a node that does not exist.
@@ -35,7 +37,7 @@ func (d *Doctor) Node(ctx context.Context, name string) (*Report, error) {
 		return nil, fmt.Errorf("get node %s: %w", name, err)
 	}
 	r := &nodeRun{d: d, node: n, report: &Report{Target: "node " + name}}
-	for _, step := range []func(context.Context) Check{r.checkPlugin, r.checkInstalled, r.checkLimitsFiles, r.checkMonitor} {
+	for _, step := range []func(context.Context) Check{r.checkPlugin, r.checkInstalled, r.checkLimitsFiles, r.checkMonitor, r.checkDriver} {
 		r.report.add(step(ctx))
 	}
 	return r.report, nil
@@ -107,9 +109,10 @@ func (r *nodeRun) checkLimitsFiles(ctx context.Context) Check {
 		return fail(name, fmt.Sprintf("list the pods of node %s: %v", r.node.Name, err), "", "")
 	}
 	eff := v1.Resolve(r.cfg.device, r.cfg.node, r.node.Name)
-	r.want, r.live = map[string]bool{}, map[string]bool{}
+	r.want, r.live, r.names = map[string]bool{}, map[string]bool{}, map[string]string{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		r.names[string(p.UID)] = p.Namespace + "/" + p.Name
 		if p.Spec.NodeName != r.node.Name || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -185,6 +188,7 @@ func (r *nodeRun) checkMonitor(ctx context.Context) Check {
 	if err != nil {
 		return warn(name, err.Error(), "the API server cannot reach the monitor's port (or RBAC forbids pods/proxy)", "kubectl -n "+r.pp.pod.Namespace+" port-forward "+r.pp.pod.Name+" "+r.pp.metricsPort)
 	}
+	r.metrics = body
 	seen := metricPodContainers(body, "hami_container_memory_limit_bytes")
 	var missing []string
 	for k := range r.want {

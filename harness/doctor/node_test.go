@@ -36,7 +36,7 @@ func TestHealthyNodePasses(t *testing.T) {
 	}
 	var text bytes.Buffer
 	_ = rep.WriteText(&text)
-	want := []string{"plugin", "library", "limits-files", "monitor"}
+	want := []string{"plugin", "library", "limits-files", "monitor", "driver-truth"}
 	if len(rep.Checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(rep.Checks), len(want), text.String())
 	}
@@ -45,7 +45,8 @@ func TestHealthyNodePasses(t *testing.T) {
 			t.Errorf("check %d = %s %s, want %s ok:\n%s", i, c.Name, c.Verdict, want[i], text.String())
 		}
 	}
-	if !strings.Contains(text.String(), "1 limits files") || !strings.Contains(text.String(), "limits of 1 containers") {
+	if !strings.Contains(text.String(), "1 limits files") || !strings.Contains(text.String(), "limits of 1 containers") ||
+		!strings.Contains(text.String(), "team/train/main on GPU-3c5a: driver 1300 MiB, region 1000 MiB, limit with allowance 4024 MiB") {
 		t.Errorf("report:\n%s", text.String())
 	}
 }
@@ -78,6 +79,19 @@ func TestNodeFaultIsNamed(t *testing.T) {
 		{"monitor misses a container", func(w *world) { w.metrics = "# no samples\n" }, "monitor", Fail, "exports no limit for " + podUID + "_main"},
 		{"metrics unreachable", func(w *world) { w.pluginPod().Spec.Containers[1].Args = []string{"--metrics-address=:9999"} },
 			"monitor", Warn, "port-forward limitbed-x7k2p 9999"},
+		{"over its limit by the driver's count", func(w *world) {
+			w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(5696, "yes", 1), 1)
+		},
+			"driver-truth", Fail, "team/train/main on GPU-3c5a (driver 5696 MiB, limit with allowance 4024 MiB)"},
+		{"a process the library does not see", func(w *world) {
+			w.metrics = strings.Replace(w.metrics, driverMetrics(1300, "yes", 0), driverMetrics(2000, "no", 0), 1)
+		},
+			"driver-truth", Fail, "pid 4242 on GPU-3c5a holds 2000 MiB in team/train/main"},
+		{"a process of no known container", func(w *world) {
+			w.metrics += `hami_driver_process_memory_bytes{container="",gpu_uuid="GPU-3c5a",in_region="",pid="99",pod_uid=""} 5.24288e+08` + "\n"
+		}, "driver-truth", Warn, "pid 99 on GPU-3c5a holds 500 MiB"},
+		{"no driver-truth accounting", func(w *world) { w.metrics = strings.ReplaceAll(w.metrics, "hami_monitor_driver_last_pass", "x") },
+			"driver-truth", Warn, "--accounting-interval=0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

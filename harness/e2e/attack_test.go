@@ -96,16 +96,25 @@ func podUID(t *testing.T, e *testEnv, pc *kindcluster.PodContainer) string {
 // scrape must come back, whatever the tenant left in its cache directory.
 func scrapeMonitor(t *testing.T, e *testEnv, node string) string {
 	t.Helper()
-	pods, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).List(t.Context(), metav1.ListOptions{
+	body, err := monitorMetrics(t.Context(), e, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// monitorMetrics is scrapeMonitor returning its error.
+func monitorMetrics(ctx context.Context, e *testEnv, node string) (string, error) {
+	pods, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
 	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("no limitbed pod on %s (%v)", node, err)
+		return "", fmt.Errorf("no limitbed pod on %s (%v)", node, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	body, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).ProxyGet("http", pods.Items[0].Name, "9394", "/metrics", nil).DoRaw(ctx)
 	if err != nil {
-		t.Fatalf("scrape the monitor on %s: %v", node, err)
+		return "", fmt.Errorf("scrape the monitor on %s: %w", node, err)
 	}
-	return string(body)
+	return string(body), nil
 }

@@ -88,7 +88,7 @@ func TestKindDoctor(t *testing.T) {
 		var b bytes.Buffer
 		_ = rep.WriteText(&b)
 		t.Logf("limitbed doctor --node %s\n%s", e.c.Worker(fileWorker), b.String())
-		for _, name := range []string{"plugin", "library", "monitor"} {
+		for _, name := range []string{"plugin", "library", "monitor", "driver-truth"} {
 			named(t, rep, name, doctor.OK, "")
 		}
 		if rep.Failed() {

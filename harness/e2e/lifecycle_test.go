@@ -61,33 +61,7 @@ func TestKindPluginRestartKeepsLimits(t *testing.T) {
 	e := need(t)
 	node := e.c.Worker(fileWorker)
 	pc := gpuPod(t, e, fileWorker, 3000, nil)
-	pods, err := e.c.Kube.CoreV1().Pods(e.release.Namespace).List(t.Context(), metav1.ListOptions{
-		FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("plugin pod on %s: %v (%d found)", node, err, len(pods.Items))
-	}
-	old := pods.Items[0]
-	since := time.Now()
-	if err := e.c.DeletePod(t.Context(), old.Namespace, old.Name); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(t.Context(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := e.c.Kube.CoreV1().Pods(old.Namespace).List(ctx, metav1.ListOptions{
-			FieldSelector: "spec.nodeName=" + node, LabelSelector: "app.kubernetes.io/name=limitbed"})
-		if err != nil || len(l.Items) != 1 || l.Items[0].UID == old.UID {
-			return false, nil
-		}
-		for _, s := range l.Items[0].Status.ContainerStatuses {
-			if !s.Ready {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("plugin pod on %s did not come back: %v", node, err)
-	}
-	if err := waitPluginRegistered(t.Context(), e, node, since); err != nil {
+	if err := restartPluginPod(t.Context(), e, node); err != nil {
 		t.Fatal(err)
 	}
 	wantRefused(t, "ssh", probe(t, pc, "ssh", 4096), 3000)

@@ -218,7 +218,9 @@ func chartValues(global string, envOverride bool) map[string]any {
 		"devicePlugin": map[string]any{
 			"limitDelivery": global, "allowPodLimitDeliveryOverride": true, "privileged": false, "verbosity": 4,
 		},
-		"monitor": map[string]any{"gracePeriod": "5s", "sweepInterval": "2s"},
+		// The driver-truth accounting as the Docker tier runs it: 512 MiB a process beyond the limit
+		// (fakegpu's context is 300 MiB); no privilege for the fake driver's NVML.
+		"monitor": map[string]any{"gracePeriod": "5s", "sweepInterval": "2s", "contextAllowance": "512m", "privileged": false},
 		// Namespaces labelled placementPolicyLabel=off stand for a cluster without the admission policy (trust_test.go).
 		"admissionPolicy": map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{
 			map[string]any{"key": placementPolicyLabel, "operator": "NotIn", "values": []any{"off"}}}}},

@@ -13,8 +13,9 @@
 //     releases the scheduler's hami.io/mutex.lock with a resourceVersion in the patch);
 //   - watches: ?watch=true on the pod and node lists streams ADDED, MODIFIED and DELETED events from
 //     the given resourceVersion (see watchResource), so client-go informers work;
-//   - events: POST /api/v1/namespaces/{ns}/events (recorded, see Events); PATCH answers 404 so that
-//     client-go's recorder creates a new event instead.
+//   - events: POST /api/v1/namespaces/{ns}/events (recorded, see Events) and GET (the namespace's
+//     list); PATCH answers 404 so that client-go's recorder creates a new event instead;
+//   - pod status: set by the harness as the kubelet would (SetContainerID), not over HTTP.
 //
 // PATCH accepts application/merge-patch+json, application/strategic-merge-patch+json (identical to a
 // merge patch for the maps it may touch) and application/json-patch+json, and may change only
@@ -481,6 +482,8 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request, ns string, named 
 		s.events = append(s.events, ev)
 		s.mu.Unlock()
 		writeJSON(w, http.StatusCreated, &ev)
+	case r.Method == http.MethodGet && !named:
+		s.listEvents(w, ns)
 	case r.Method == http.MethodPatch && named:
 		// client-go's recorder patches an aggregated event; not found makes it create a new one.
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "fakeapi keeps events write-once")

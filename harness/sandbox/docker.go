@@ -136,7 +136,10 @@ type dockerContainer struct {
 var _ Container = (*dockerContainer)(nil)
 
 func (c *dockerContainer) Backend() string { return "docker" }
-func (c *dockerContainer) Addr() string    { return c.addr }
+
+// RuntimeID is the container's ID as the kubelet writes it into a pod's status.
+func (c *dockerContainer) RuntimeID() string { return "docker://" + c.tc.GetContainerID() }
+func (c *dockerContainer) Addr() string      { return c.addr }
 
 // Supports: the workload image runs sshd and cron; other images may not, which the launch method
 // then reports when the daemon does not answer.

@@ -85,6 +85,16 @@ type Container interface {
 	Stop(ctx context.Context) error
 }
 
+// RuntimeID is c's ID as a container runtime reports it ("docker://<id>"), what the kubelet
+// writes into a pod's status and a node agent maps a process's cgroup to; "" for a backend whose
+// containers have none (the host backend's namespaces).
+func RuntimeID(c Container) string {
+	if r, ok := c.(interface{ RuntimeID() string }); ok {
+		return r.RuntimeID()
+	}
+	return ""
+}
+
 // ExecOptions adjusts one Exec.
 type ExecOptions struct {
 	User  string            // user name or uid[:gid]; empty: the container's user (root)

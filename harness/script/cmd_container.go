@@ -50,13 +50,19 @@ func cmdContainer(ts *testscript.TestScript, neg bool, args []string) {
 		c, err := b.Start(ctx, st.node.ContainerSpec(p, id))
 		ts.Check(err)
 		st.ctrs[name] = c
+		if id := sandbox.RuntimeID(c); id != "" && st.node != nil {
+			// The kubelet's part: the pod's status names the container's runtime ID.
+			ts.Check(st.node.ContainerStarted(ctx, name, id))
+		}
 		ts.Check(node.WaitReady(ctx, c, time.Minute))
 		ts.Logf("container %s started on %s", name, b.Name())
 	case "stop":
 		c := st.ctr(ts, name)
-		if h := st.holders[name]; h != nil {
-			h.stop(ctx)
-			delete(st.holders, name)
+		for hn, h := range st.holders {
+			if h.container == name {
+				h.Stop(ctx)
+				delete(st.holders, hn)
+			}
 		}
 		ts.Check(c.Stop(ctx))
 		delete(st.ctrs, name)

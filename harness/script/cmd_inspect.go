@@ -1,9 +1,7 @@
 package script
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -15,90 +13,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
-
-// holder is a process keeping memory allocated in a container until released.
-type holder struct {
-	c    sandbox.Container
-	done chan error
-}
-
-const holdFiles = "/tmp/limitbed-hold"
-
-func (h *holder) stop(ctx context.Context) {
-	_, _ = h.c.Exec(ctx, []string{"sh", "-c", `kill "$(cat ` + holdFiles + `.pid)"`}, sandbox.ExecOptions{})
-	select {
-	case <-h.done:
-	case <-time.After(30 * time.Second):
-	}
-}
-
-const holdUsage = "hold METHOD NAME MIB"
-
-// cmdHold starts `cudaprobe --mib MIB --hold-until-signal` through METHOD in NAME and returns once
-// it reported its allocation granted; release ends it. One holder per container.
-func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 3 {
-		ts.Fatalf("usage: %s", holdUsage)
-	}
-	st := getState(ts)
-	m, err := launch.Lookup(args[0])
-	if err != nil {
-		ts.Fatalf("%v\nusage: %s", err, holdUsage)
-	}
-	c := st.ctr(ts, args[1])
-	if st.holders[args[1]] != nil {
-		ts.Fatalf("hold: container %s already has a holder (release it first)", args[1])
-	}
-	h := &holder{c: c, done: make(chan error, 1)}
-	cmd := fmt.Sprintf(`%s/cudaprobe --mib %s --hold-until-signal > %s.out & echo $! > %s.pid; wait`, node.ToolDir, args[2], holdFiles, holdFiles)
-	go func() {
-		_, err := launch.Run(context.Background(), c, m, cmd)
-		h.done <- err
-	}()
-	st.holders[args[1]] = h
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	for {
-		res, err := c.Exec(ctx, []string{"sh", "-c", "grep '^{' " + holdFiles + ".out 2>/dev/null"}, sandbox.ExecOptions{})
-		ts.Check(err)
-		if line := bytes.TrimSpace(res.Stdout); len(line) > 0 {
-			var p probeResult
-			ts.Check(json.Unmarshal(line, &p))
-			fmt.Fprintf(ts.Stdout(), "%s\n", line)
-			if p.Error != nil || p.GrantedMiB != p.RequestedMiB {
-				ts.Fatalf("hold via %s: the holder's %d MiB were not granted (%s)", args[0], p.RequestedMiB, deref(p.Error))
-			}
-			return
-		}
-		select {
-		case err := <-h.done:
-			ts.Fatalf("hold via %s: the holder ended before reporting: %v", args[0], err)
-		case <-ctx.Done():
-			ts.Fatalf("hold via %s: no report: %v", args[0], ctx.Err())
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-}
-
-// cmdRelease ends the holder of NAME.
-func cmdRelease(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 {
-		ts.Fatalf("usage: release NAME")
-	}
-	st := getState(ts)
-	h := st.holders[args[0]]
-	if h == nil {
-		ts.Fatalf("release: no holder in %s", args[0])
-	}
-	h.stop(context.Background())
-	delete(st.holders, args[0])
-}
 
 // cmdRegion prints the pod's usage.cache as regiondump sees it on the host (the limits, and one
 // slot per process that joined). With !, the pod must have no region.
@@ -178,10 +97,14 @@ func cmdLimitsfile(ts *testscript.TestScript, neg bool, args []string) {
 // cmdMonitor runs the vGPU monitor (plugin/monitor) over the node's containers directory.
 // "monitor sweep": one sweep against the API server's pods, with no grace period; it prints what
 // it removed and then the directory's remaining entries. "monitor scrape": one metrics scrape (see
-// monitorScrape).
+// monitorScrape). The vgpu-monitor binary running beside the node: cmdMonitorAgent.
 func cmdMonitor(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 || (args[0] != "sweep" && args[0] != "scrape") {
-		ts.Fatalf("usage: monitor sweep|scrape")
+	if len(args) > 0 && args[0] != "sweep" && args[0] != "scrape" {
+		cmdMonitorAgent(ts, neg, args)
+		return
+	}
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: %s", monitorUsage)
 	}
 	st := getState(ts)
 	if st.node == nil {

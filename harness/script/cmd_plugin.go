@@ -19,7 +19,7 @@ import (
 )
 
 const pluginUsage = "plugin start [--profile=current|hami-v2.10] [--delivery=file|env] [--allow-pod-env] " +
-	"[--core=current|hami-v2.10|PATH] [--gpu=PROFILE] [--mig] [--fail-publish=STEP] | plugin stop"
+	"[--core=current|hami-v2.10|PATH] [--gpu=PROFILE] [--mig] [--fail-publish=STEP] [--http-api] | plugin stop"
 
 // cmdPlugin starts the device plugin on the script's node (laying out HOOK_PATH with the chosen
 // libvgpu.so), or stops it. Starting again after a stop keeps HOOK_PATH and the running
@@ -52,6 +52,7 @@ func cmdPlugin(ts *testscript.TestScript, neg bool, args []string) {
 	gpuProfile := fs.String("gpu", "a16-16q", "")
 	mig := fs.Bool("mig", false, "")
 	failPublish := fs.String("fail-publish", "", "")
+	httpAPI := fs.Bool("http-api", false, "")
 	parseFlags(ts, pluginUsage, fs, args[1:], 0)
 	if st.node != nil {
 		ts.Fatalf("plugin start: a plugin is running; plugin stop first")
@@ -64,7 +65,7 @@ func cmdPlugin(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	cfg := node.Config{
 		Dir: st.dir, Artifacts: st.artifacts, Plugin: allocate.Profile(*profile), Delivery: v1.LimitDelivery(*deliv),
-		AllowPodEnv: *allow, Core: *core, MIG: *mig, Logger: st.logger,
+		AllowPodEnv: *allow, Core: *core, MIG: *mig, Logger: st.logger, HTTPAPI: *httpAPI,
 		GPUProfile: filepath.Join(st.root, "fakegpu", "profiles", *gpuProfile+".profile"),
 	}
 	if *core != "current" && *core != "hami-v2.10" {

@@ -35,7 +35,10 @@ type state struct {
 	pods      map[string]*node.Pod
 	ctrs      map[string]sandbox.Container
 	lastProbe *probeResult
-	holders   map[string]*holder
+	holders   map[string]*holder // by holder name
+	monitor   *node.Monitor      // the vgpu-monitor binary (monitor start)
+	// monitorPeriod is its accounting period.
+	monitorPeriod time.Duration
 
 	backendOnce sync.Once
 	backend     sandbox.Backend
@@ -81,6 +84,7 @@ func Params(cfg Config) testscript.Params {
 			"refused":    cmdRefused,
 			"hold":       cmdHold,
 			"release":    cmdRelease,
+			"held":       cmdHeld,
 			"region":     cmdRegion,
 			"hostfile":   cmdHostfile,
 			"limitsfile": cmdLimitsfile,
@@ -95,7 +99,10 @@ func getState(ts *testscript.TestScript) *state { return ts.Value(stateKey{}).(*
 func (st *state) close() {
 	ctx := context.Background()
 	for _, h := range st.holders {
-		h.stop(ctx)
+		h.Stop(ctx)
+	}
+	if st.monitor != nil {
+		st.monitor.Stop()
 	}
 	for _, c := range st.ctrs {
 		_ = c.Stop(ctx)

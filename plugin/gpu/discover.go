@@ -103,26 +103,12 @@ func describe(h nvml.Device, index int) (Device, error) {
 
 // migDevices returns the MIG devices of a GPU in MIG mode, or none.
 func migDevices(h nvml.Device, parent Device) ([]Device, error) {
-	cur, _, ret := h.GetMigMode()
-	if ret == nvml.ERROR_NOT_SUPPORTED || (ret == nvml.SUCCESS && cur != nvml.DEVICE_MIG_ENABLE) {
-		return nil, nil
-	}
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("mig mode: %w", nvmlError(ret))
-	}
-	max, ret := h.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("max mig devices: %w", nvmlError(ret))
+	handles, err := migHandles(h)
+	if err != nil {
+		return nil, err
 	}
 	var out []Device
-	for j := 0; j < max; j++ {
-		m, ret := h.GetMigDeviceHandleByIndex(j)
-		if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
-			continue // unpopulated slot
-		}
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("mig device %d: %w", j, nvmlError(ret))
-		}
+	for j, m := range handles {
 		d, err := describe(m, parent.Index)
 		if err != nil {
 			return nil, fmt.Errorf("mig device %d: %w", j, err)

@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -13,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/internal/safefile"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -21,17 +24,28 @@ import (
 // this long (its region is stamped with the switch on, as upstream).
 const DefaultFeedbackInterval = time.Second
 
+// IdentitySource gives the node's containers as the plugin, the kubelet and
+// the API server know them (package identity); *identity.Sources is one.
+type IdentitySource = identity.SnapshotSource
+
 // Feedback decides the `default` compute policy for every container of the
 // node and writes it into their regions (util_switch). Each pass takes
 // every region's recent_kernel (libvgpu sets it on a launch, the pass swaps
 // it back to 0), so a container is active when it launched within Hold.
+// A container's GPUs and priority come from Identity, never from its region:
+// the region is the container's to write.
 type Feedback struct {
-	Dir    string        // <HOOK_PATH>/vgpu/containers
-	Hold   time.Duration // how long a launch keeps a container active; 0: 2 s
-	Now    func() time.Time
-	Logger klog.Logger
+	Dir      string         // <HOOK_PATH>/vgpu/containers
+	Identity IdentitySource // required
+	Hold     time.Duration  // how long a launch keeps a container active; 0: 2 s
+	// Timeout bounds how long a pass waits to open and map the regions; a
+	// region not mapped by then keeps its switch this pass. 0: DefaultScrapeTimeout.
+	Timeout time.Duration
+	Now     func() time.Time
+	Logger  klog.Logger
 
 	lastActive map[string]time.Time // by container directory; only Pass touches it
+	inflight   safefile.Inflight    // regions whose open or mapping has not returned
 }
 
 // PassResult is what one pass decided, by container directory name.
@@ -43,12 +57,13 @@ type PassResult struct {
 type mappedRegion struct {
 	key string
 	mem []byte
-	rc  region.Compute
 }
 
 // Pass runs one decision over every region under Dir. A region that cannot
-// be opened or decoded is skipped with a log line and keeps its switch.
-func (f *Feedback) Pass() (PassResult, error) {
+// be opened or decoded is skipped with a log line and keeps its switch. When
+// the identity cannot be read, every container is unknown: each is
+// throttled to its limit (fail closed) until the next pass knows better.
+func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 	now := time.Now
 	if f.Now != nil {
 		now = f.Now
@@ -57,13 +72,34 @@ func (f *Feedback) Pass() (PassResult, error) {
 	if hold <= 0 {
 		hold = 2 * time.Second
 	}
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = DefaultScrapeTimeout
+	}
 	if f.lastActive == nil {
 		f.lastActive = map[string]time.Time{}
+	}
+	if f.Identity == nil {
+		return PassResult{}, fmt.Errorf("feedback: no identity source: the containers' GPUs and priority are unknown")
 	}
 	entries, err := os.ReadDir(f.Dir)
 	if err != nil {
 		return PassResult{}, fmt.Errorf("feedback: list %s: %w", f.Dir, err)
 	}
+	snap, err := f.Identity.Snapshot(ctx)
+	if err != nil {
+		f.Logger.Error(err, "Container identity unknown: every container is throttled to its limit this pass")
+		snap = identity.NewSnapshot(now(), nil)
+	}
+	var keys []Entry
+	var paths []string
+	for _, de := range entries {
+		if e, ok := ParseEntry(de.Name(), de.IsDir()); ok && e.Kind == KindDir {
+			keys = append(keys, e)
+			paths = append(paths, filepath.Join(f.Dir, e.Name, UsageCacheName))
+		}
+	}
+	mapped := safefile.RunAll(&f.inflight, paths, timeout, mapHeader, func(mem []byte) { _ = unix.Munmap(mem) })
 	var regions []mappedRegion
 	defer func() {
 		for _, r := range regions {
@@ -73,23 +109,18 @@ func (f *Feedback) Pass() (PassResult, error) {
 	t := now()
 	seen := map[string]bool{}
 	var states []ComputeState
-	for _, de := range entries {
-		e, ok := ParseEntry(de.Name(), de.IsDir())
-		if !ok || e.Kind != KindDir {
-			continue
-		}
-		path := filepath.Join(f.Dir, e.Name, UsageCacheName)
-		mem, err := mapHeader(path)
-		if err != nil {
-			if !os.IsNotExist(err) {
-				f.Logger.V(2).Info("Skipping region for the compute policy", "container", e.Name, "err", err)
+	for i, e := range keys {
+		m := mapped[paths[i]]
+		if m.Err != nil {
+			if safefile.ReasonOf(m.Err) != safefile.ReasonMissing {
+				f.Logger.V(2).Info("Skipping region for the compute policy", "container", e.Name, "err", m.Err)
 			}
 			continue
 		}
-		var rc region.Compute
+		mem := m.Value
 		var launched bool
 		err = touch(func() (err error) {
-			if rc, err = region.DecodeLimitbedCompute(mem); err != nil {
+			if _, err = region.DecodeLimitbedCompute(mem); err != nil {
 				return err
 			}
 			// Swap, not read-then-clear: a launch between the two would be lost.
@@ -106,8 +137,18 @@ func (f *Feedback) Pass() (PassResult, error) {
 		}
 		seen[e.Name] = true
 		last, ok := f.lastActive[e.Name]
-		states = append(states, ComputeState{Key: e.Name, Priority: rc.Priority, Active: ok && t.Sub(last) < hold, GPUs: rc.GPUs})
-		regions = append(regions, mappedRegion{key: e.Name, mem: mem, rc: rc})
+		st := ComputeState{Key: e.Name, Active: ok && t.Sub(last) < hold, Priority: math.MinInt32}
+		if c, ok := snap.Container(identity.Key{PodUID: e.PodUID, Container: e.Container}); ok {
+			st.Known, st.Priority = true, c.Limits.Priority
+			if c.GPUSource != identity.SourceNone {
+				st.GPUs = []string{}
+				for _, g := range c.GPUs {
+					st.GPUs = append(st.GPUs, g.UUID)
+				}
+			}
+		}
+		states = append(states, st)
+		regions = append(regions, mappedRegion{key: e.Name, mem: mem})
 	}
 	for k := range f.lastActive {
 		if !seen[k] {
@@ -115,8 +156,10 @@ func (f *Feedback) Pass() (PassResult, error) {
 		}
 	}
 	res := PassResult{Switch: Switches(states), Active: map[string]bool{}}
+	prio := map[string]int32{}
 	for _, s := range states {
 		res.Active[s.Key] = s.Active
+		prio[s.Key] = s.Priority
 	}
 	for _, r := range regions {
 		want := res.Switch[r.key]
@@ -126,7 +169,7 @@ func (f *Feedback) Pass() (PassResult, error) {
 			continue
 		}
 		if was != want {
-			f.Logger.V(1).Info("Compute limit switch", "container", r.key, "on", want == 1, "priority", r.rc.Priority)
+			f.Logger.V(1).Info("Compute limit switch", "container", r.key, "on", want == 1, "priority", prio[r.key])
 		}
 	}
 	return res, nil
@@ -137,7 +180,7 @@ func (f *Feedback) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {
-		if _, err := f.Pass(); err != nil {
+		if _, err := f.Pass(ctx); err != nil {
 			f.Logger.Error(err, "Compute policy pass failed")
 		}
 		select {
@@ -149,23 +192,17 @@ func (f *Feedback) Run(ctx context.Context, interval time.Duration) {
 }
 
 // mapHeader maps the first page of a region read-write (the header is
-// 1024 bytes; a page is the unit of mmap).
+// 1024 bytes; a page is the unit of mmap). The file is the container's: it is
+// opened through safefile (no link followed, nothing but a regular file of a
+// limitbed region's size, non-blocking), so a FIFO or a device node the
+// container made there is never opened.
 func mapHeader(path string) ([]byte, error) {
-	// The file is the container's: O_NOFOLLOW refuses a symlink to a host file, O_NONBLOCK keeps
-	// a FIFO or device from blocking the open; fstat then insists on a regular region-sized file.
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, _, err := safefile.OpenReadWrite(path, safefile.Exactly(region.LimitbedFileSize))
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
-	defer unix.Close(fd) // the mapping outlives the descriptor; the monitor holds no locks on it
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != region.LimitbedFileSize {
-		return nil, fmt.Errorf("%s: %w: not a %d-byte regular file", path, region.ErrNotRegion, region.LimitbedFileSize)
-	}
-	mem, err := unix.Mmap(fd, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	defer f.Close() // the mapping outlives the descriptor; the monitor holds no locks on it
+	mem, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}

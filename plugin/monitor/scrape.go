@@ -1,8 +1,6 @@
 package monitor
 
 import (
-	"errors"
-	"fmt"
 	"path/filepath"
 	"sync"
 	"time"
@@ -14,13 +12,6 @@ import (
 // usage regions. A region still being read then is reported for its pod
 // (reason "timeout") and the scrape goes on with everything else.
 const DefaultScrapeTimeout = 500 * time.Millisecond
-
-// reasonTimeout marks a region whose read ran past the scrape's deadline,
-// or that is still being read by an earlier scrape.
-const reasonTimeout safefile.Reason = "timeout"
-
-// errStalled is the error of a region read that ran past the deadline.
-var errStalled = errors.New("read still running at the scrape deadline")
 
 type regionResult struct {
 	usage Usage
@@ -36,64 +27,16 @@ func (c *Collector) readRegions(entries []Entry) map[string]regionResult {
 	if timeout <= 0 {
 		timeout = DefaultScrapeTimeout
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-
-	type done struct {
-		name string
-		res  regionResult
+	paths := make([]string, len(entries))
+	for i, e := range entries {
+		paths[i] = filepath.Join(c.Dir, e.Name, UsageCacheName)
 	}
-	ch := make(chan done, len(entries))
+	res := safefile.RunAll(&c.inflight, paths, timeout, c.Usage.ReadUsage, nil)
 	out := make(map[string]regionResult, len(entries))
-	started := 0
-	for _, e := range entries {
-		path := filepath.Join(c.Dir, e.Name, UsageCacheName)
-		if !c.startRead(path) {
-			out[e.Name] = regionResult{err: &safefile.Error{Path: path, Reason: reasonTimeout, Err: fmt.Errorf("an earlier scrape's read has not returned")}}
-			continue
-		}
-		started++
-		go func(name, path string) {
-			defer c.endRead(path)
-			u, err := c.Usage.ReadUsage(path)
-			ch <- done{name, regionResult{u, err}}
-		}(e.Name, path)
-	}
-	for started > 0 {
-		select {
-		case d := <-ch:
-			out[d.name] = d.res
-			started--
-		case <-deadline.C:
-			for _, e := range entries {
-				if _, ok := out[e.Name]; !ok {
-					path := filepath.Join(c.Dir, e.Name, UsageCacheName)
-					out[e.Name] = regionResult{err: &safefile.Error{Path: path, Reason: reasonTimeout, Err: fmt.Errorf("%w (%s)", errStalled, timeout)}}
-				}
-			}
-			return out
-		}
+	for i, e := range entries {
+		out[e.Name] = regionResult{res[paths[i]].Value, res[paths[i]].Err}
 	}
 	return out
-}
-
-func (c *Collector) startRead(path string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inflight == nil {
-		c.inflight = map[string]bool{}
-	}
-	if c.inflight[path] {
-		return false
-	}
-	c.inflight[path] = true
-	return true
-}
-
-func (c *Collector) endRead(path string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.inflight, path)
 }
 
 // reportOnce logs a rejected region when its reason changes, so a tenant
@@ -121,6 +64,6 @@ func (c *Collector) clearReport(name string) {
 // scrapeState is what a Collector remembers between scrapes (zero value ready).
 type scrapeState struct {
 	mu       sync.Mutex
-	inflight map[string]bool   // usage.cache paths being read
+	inflight safefile.Inflight // usage.cache paths being read
 	reported map[string]string // container entry -> last logged reason
 }

@@ -167,6 +167,10 @@ const (
 	LimitbedOffUtilSwitch   = lbOffUtilSwitch
 	LimitbedOffRecentKernel = lbOffRecentKernel
 	UUIDBytes               = lbUUIDBytes
+	// The words a tenant may forge (tests of the node's distrust of them): the priority and
+	// the GPUs its processes launched on.
+	LimitbedOffPriority = lbOffPriority
+	LimitbedOffDevUUID  = lbOffDevUUID
 )
 
 // Compute is the compute part of a limitbed region header.

@@ -15,10 +15,13 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
-// runBench: `limitbed bench compute` (the only benchmark it runs so far).
+// runBench: `limitbed bench compute` and `limitbed bench drivertruth`.
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 && args[0] == "drivertruth" {
+		return runDriverTruth(ctx, env, args[1:])
+	}
 	if len(args) == 0 || args[0] != "compute" {
-		return &exitError{2, fmt.Errorf("usage: limitbed bench compute [flags] (run with -h for the flags)")}
+		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|drivertruth [flags] (run with -h for the flags)")}
 	}
 	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)

@@ -72,7 +72,7 @@ func TestDoctorLiveModes(t *testing.T) {
 			}
 			if strings.Contains(strings.Join(tc.args, " "), "--json") && code == 1 {
 				var rep doctor.Report
-				if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.OK || len(rep.Checks) != 4 {
+				if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.OK || len(rep.Checks) != 5 {
 					t.Fatalf("JSON report %+v (%v):\n%s", rep, err, out.String())
 				}
 			}

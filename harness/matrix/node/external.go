@@ -325,11 +325,17 @@ func (n *Node) Requests() []string {
 // BuildPluginBinary builds limitbed's vgpu-device-plugin with `go build` into dir and returns its
 // path: the stand-in for an old release's binary in tests of the external-plugin path.
 func BuildPluginBinary(ctx context.Context, root, dir string) (string, error) {
-	out := filepath.Join(dir, "vgpu-device-plugin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./plugin/cmd/vgpu-device-plugin")
+	return BuildBinary(ctx, root, dir, "vgpu-device-plugin")
+}
+
+// BuildBinary builds limitbed's command plugin/cmd/<name> with `go build` into dir and returns its
+// path.
+func BuildBinary(ctx context.Context, root, dir, name string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./plugin/cmd/"+name)
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build vgpu-device-plugin: %w\n%s", err, msg)
+		return "", fmt.Errorf("go build %s: %w\n%s", name, err, msg)
 	}
 	return out, nil
 }

@@ -115,7 +115,10 @@ type Config struct {
 	FS limitsfile.FS
 	// SplitCount is how many virtual devices each GPU is advertised as (default 10).
 	SplitCount uint
-	Logger     *slog.Logger
+	// HTTPAPI serves the node's API server over HTTP (harness/fakeapi) for the in-process plugin
+	// too, so that node agents run as binaries (the vgpu-monitor) reach it through a kubeconfig.
+	HTTPAPI bool
+	Logger  *slog.Logger
 }
 
 // Node is a running simulated node.
@@ -128,6 +131,7 @@ type Node struct {
 	api      *fakeapi.Server // the external plugin's API server; nil in process
 	ds       *daemonSet      // the external plugin's mount namespace; nil in process
 	kubelet  *fakekubelet.Kubelet
+	podRes   *fakekubelet.PodResources // the kubelet's pod-resources API: what each container holds
 	client   *fakekubelet.Plugin
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -159,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, HookPath: filepath.Join(cfg.Dir, "hook"), StateDir: filepath.Join(cfg.Dir, "fakegpu"),
 		gpus: gpus, used: map[string]bool{}, pods: map[string]*Pod{}}
-	if cfg.External != nil {
+	if cfg.External != nil || cfg.HTTPAPI {
 		if err := n.startAPI(); err != nil {
 			n.Close()
 			return nil, err
@@ -237,6 +241,9 @@ func (n *Node) startPlugin(ctx context.Context) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.kubelet = k
+	if n.podRes, err = fakekubelet.StartPodResources(filepath.Join(n.cfg.Dir, "pr.sock")); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	if n.cfg.External != nil {
 		if err := n.startExternal(ctx, k, dpDir); err != nil {
 			return err
@@ -369,6 +376,9 @@ func (n *Node) Close() {
 	}
 	if n.kubelet != nil {
 		n.kubelet.Stop()
+	}
+	if n.podRes != nil {
+		n.podRes.Stop()
 	}
 	if n.api != nil {
 		n.api.Close()

@@ -112,6 +112,7 @@ func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 		n.used[id] = true
 	}
 	n.mu.Unlock()
+	n.podRes.Assign("default", spec.Name, ContainerName, ResourceName, ids) // the kubelet checkpoints it
 	key := uid + "_" + ContainerName
 	p := &Pod{
 		Name: spec.Name, UID: uid, Container: ContainerName, DeviceIDs: ids, Resp: resp, SpecEnv: maps.Clone(spec.Env),
@@ -165,6 +166,7 @@ func (n *Node) DeletePod(ctx context.Context, name string) error {
 	if err := n.kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("delete pod %s: %w", name, err)
 	}
+	n.podRes.Forget("default", name)
 	n.mu.Lock()
 	if p := n.pods[name]; p != nil {
 		for _, id := range p.DeviceIDs {

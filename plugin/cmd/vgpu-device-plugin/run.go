@@ -3,15 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
@@ -19,6 +11,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/deviceplugin"
 	"github.com/limitbed/limitbed/plugin/gpu"
+	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
 	"github.com/limitbed/limitbed/plugin/pods"
 )
 
@@ -29,21 +22,16 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--compat-profile: %w", err)
 	}
-	dc, err := v1.LoadDeviceConfig(o.deviceConfigFile, logger)
+	eff, err := v1.LoadEffective(o.deviceConfigFile, o.nodeConfigFile, o.nodeName, logger)
 	if err != nil {
 		return err
 	}
-	pc, err := v1.LoadPluginConfig(o.nodeConfigFile, logger)
-	if err != nil {
-		return err
-	}
-	eff := v1.Resolve(dc, pc, o.nodeName)
 
-	kube, err := kubeClient(o.kubeconfig, o.apiTimeout)
+	kube, err := kubeclient.Client(o.kubeconfig, o.apiTimeout)
 	if err != nil {
 		return err
 	}
-	recorder := eventRecorder(ctx, kube)
+	recorder := kubeclient.EventRecorder(ctx, kube, "vgpu-device-plugin")
 
 	aopts := allocate.Options{
 		HookPath:         o.hookPath,
@@ -89,29 +77,4 @@ func serve(ctx context.Context, o options) error {
 	logger.Info("Starting", "node", o.nodeName, "profile", profile, "operatingMode", eff.OperatingMode,
 		"splitCount", eff.DeviceSplitCount, "hookPath", o.hookPath, "fakeDriver", o.fakeDriver)
 	return deviceplugin.Run(ctx, popts)
-}
-
-// kubeClient is the API server client; every request it makes (the event
-// recorder's too) ends within timeout.
-func kubeClient(kubeconfig string, timeout time.Duration) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	cfg.Timeout = timeout
-	return kubernetes.NewForConfig(cfg)
-}
-
-// eventRecorder records events for pods (e.g. an ignored limit-delivery
-// annotation); it stops with ctx.
-func eventRecorder(ctx context.Context, kube kubernetes.Interface) delivery.EventRecorder {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "vgpu-device-plugin"})
 }

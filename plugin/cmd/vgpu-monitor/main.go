@@ -1,8 +1,9 @@
 // Command vgpu-monitor removes what dead pods left under
 // <HOOK_PATH>/vgpu/containers (cache directories, .limits files, temporary
 // files of interrupted writes), exports per-container limits and usage
-// as Prometheus metrics, and decides the `default` compute policy of every
-// container (util_switch in its usage region).
+// as Prometheus metrics, decides the `default` compute policy of every
+// container (util_switch in its usage region), and holds every container's
+// GPU memory by the driver's count against its limit (report or kill).
 package main
 
 import (
@@ -10,34 +11,50 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
 
 type options struct {
-	nodeName       string
-	kubeconfig     string
-	hookPath       string
-	podResources   string
-	grace          time.Duration
-	interval       time.Duration
-	scrapeTimeout  time.Duration
-	feedback       time.Duration
-	metricsAddress string
+	nodeName         string
+	kubeconfig       string
+	hookPath         string
+	podResources     string
+	grace            time.Duration
+	interval         time.Duration
+	scrapeTimeout    time.Duration
+	feedback         time.Duration
+	metricsAddress   string
+	deviceConfigFile string
+	nodeConfigFile   string
+	nvmlLibrary      string
+	accounting       time.Duration
+	allowance        memoryValue
+}
+
+// memoryValue is a flag in the limits' memory grammar ([0-9]+[kKmMgG]?, bytes).
+type memoryValue struct {
+	bytes uint64
+	text  string
+}
+
+func (m *memoryValue) String() string { return m.text }
+
+func (m *memoryValue) Set(s string) error {
+	b, err := limitsfile.ParseMemory(s)
+	if err != nil {
+		return err
+	}
+	m.bytes, m.text = b, s
+	return nil
 }
 
 func main() {
@@ -78,6 +95,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.scrapeTimeout <= 0 {
 		return options{}, fmt.Errorf("--scrape-timeout (SCRAPE_TIMEOUT) must be positive, got %v", o.scrapeTimeout)
 	}
+	if o.accounting < 0 {
+		return options{}, fmt.Errorf("--accounting-interval (ACCOUNTING_INTERVAL) must not be negative, got %v", o.accounting)
+	}
 	return o, nil
 }
 
@@ -94,71 +114,15 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.scrapeTimeout, "scrape-timeout", monitor.DefaultScrapeTimeout, "how long one /metrics scrape waits for the containers' usage regions; a region still being read is reported for its pod")
 	fs.DurationVar(&o.feedback, "feedback-interval", monitor.DefaultFeedbackInterval, "time between decisions of the default compute policy (util_switch of every region); 0 disables them")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9394", "listen address of /metrics; empty disables it")
+	fs.StringVar(&o.deviceConfigFile, "device-config-file", "", "global device configuration (nvidia.enforcement, nvidia.resourceCountName); empty: none")
+	fs.StringVar(&o.nodeConfigFile, "node-config-file", "/config/config.json", "per-node overrides (config.json); a missing file means none")
+	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (the driver's or fakegpu's); empty: the loader's search path")
+	fs.DurationVar(&o.accounting, "accounting-interval", monitor.DefaultAccountingInterval, "time between driver-truth accounting passes (every container's GPU memory by the driver's count against its limit); 0 disables them")
+	o.allowance = memoryValue{bytes: monitor.DefaultContextAllowance, text: "1g"}
+	fs.Var(&o.allowance, "context-allowance", "GPU memory each process may hold beyond its container's limit by the driver's count (its context and the driver's rounding), in the limits' grammar (1g, 600m)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
 	flagenv.Usage(fs, "v")
 	return fs
-}
-
-// serve sweeps every o.interval and serves /metrics until ctx ends.
-func serve(ctx context.Context, o options) error {
-	logger := klog.FromContext(ctx)
-	kube, err := kubeClient(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	dir := allocate.ContainersDir(o.hookPath)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&monitor.Collector{Dir: dir, Usage: monitor.RegionFiles{}, Logger: logger, ScrapeTimeout: o.scrapeTimeout})
-	s := &monitor.Sweeper{
-		Dir: dir, API: &monitor.APIPods{Kube: kube, NodeName: o.nodeName}, Grace: o.grace, Logger: logger,
-		OnRemove: monitor.SweepMetrics(reg),
-	}
-	if o.podResources != "" {
-		s.Kubelet = &monitor.KubeletPods{Socket: o.podResources}
-	}
-	if o.metricsAddress != "" {
-		srv := &http.Server{Addr: o.metricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "Metrics server stopped")
-			}
-		}()
-		defer srv.Shutdown(context.Background())
-	}
-	if o.feedback > 0 {
-		f := &monitor.Feedback{Dir: dir, Hold: 2 * o.feedback, Logger: logger.WithName("compute-policy")}
-		go f.Run(ctx, o.feedback)
-	}
-	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval, "feedback", o.feedback)
-	t := time.NewTicker(o.interval)
-	defer t.Stop()
-	for {
-		res, err := s.Sweep(ctx)
-		if err != nil {
-			logger.Error(err, "Sweep incomplete; nothing is removed while liveness is unknown")
-		} else if len(res.Removed) > 0 {
-			logger.Info("Swept", "removed", res.Removed)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }

@@ -12,6 +12,10 @@ import (
 // TestRunRejectsBadFlags: run fails before doing anything, with an error
 // that names the offending flag (or its environment twin).
 func TestRunRejectsBadFlags(t *testing.T) {
+	badConfig := filepath.Join(t.TempDir(), "device-config.yaml")
+	if err := os.WriteFile(badConfig, []byte("nvidia:\n  enforcement: shoot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name    string
 		args    []string
@@ -24,6 +28,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"bad env twin", []string{"--node-name=n"}, map[string]string{"SWEEP_INTERVAL": "often"}, "--sweep-interval"},
 		{"zero interval", []string{"--node-name=n", "--sweep-interval=0s"}, nil, "--sweep-interval"},
 		{"zero scrape timeout", []string{"--node-name=n", "--scrape-timeout=0s"}, nil, "--scrape-timeout"},
+		{"negative accounting interval", []string{"--node-name=n", "--accounting-interval=-1s"}, nil, "--accounting-interval"},
+		{"bad context allowance", []string{"--node-name=n", "--context-allowance=1GiB"}, nil, "-context-allowance"},
+		{"bad enforcement", []string{"--node-name=n", "--device-config-file=" + badConfig}, nil, `enforcement: "shoot" is not one of report|kill`},
 		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {

@@ -20,7 +20,7 @@ import (
 // path. fakegpu reads its environment when NVML's reference count goes from
 // 0 to 1, so every Init after Setup sees this profile. The variables are
 // set with t.Setenv: a caller must not be parallel.
-func Setup(t *testing.T, profile string, env ...string) (nvml.Interface, string) {
+func Setup(t testing.TB, profile string, env ...string) (nvml.Interface, string) {
 	t.Helper()
 	if os.Getenv("SAN") != "" {
 		// go-nvml dlopens the library into the Go process, where a

@@ -92,6 +92,17 @@ func (s Size) ok(n int64) bool {
 // read, whatever the container renames in between. The returned file is
 // non-blocking; its size is st.Size().
 func Open(path string, want Size) (*os.File, os.FileInfo, error) {
+	return open(path, want, unix.O_RDONLY)
+}
+
+// OpenReadWrite is Open for a file the node writes into (the monitor's
+// compute-policy switch in a usage region): the same checks, then the same
+// inode reopened read-write, non-blocking.
+func OpenReadWrite(path string, want Size) (*os.File, os.FileInfo, error) {
+	return open(path, want, unix.O_RDWR)
+}
+
+func open(path string, want Size, mode int) (*os.File, os.FileInfo, error) {
 	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, classifyOpen(path, err)
@@ -112,7 +123,7 @@ func Open(path string, want Size) (*os.File, os.FileInfo, error) {
 	if !want.ok(st.Size) {
 		return nil, nil, &Error{Path: path, Reason: ReasonSize, Err: fmt.Errorf("size %d, want %s", st.Size, want)}
 	}
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), mode|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, &Error{Path: path, Reason: ReasonIO, Err: fmt.Errorf("reopen: %w", err)}
 	}

@@ -47,6 +47,7 @@ nvidia:
   {{- with .Values.devicePlugin.libCudaLogLevel }}
   libCudaLogLevel: {{ . | quote }}
   {{- end }}
+  enforcement: {{ .Values.monitor.enforcement | quote }}
 {{- end -}}
 
 {{- define "limitbed.nodeConfig" -}}

@@ -77,6 +77,13 @@ nvidia:
 		{name: "negative split", in: "nvidia:\n  deviceSplitCount: -1\n", wantErr: "nvidia.deviceSplitCount: found number -1, want a whole number, 0 or more"},
 		{name: "bool as string", in: "nvidia:\n  disableCoreLimit: \"yes\"\n", wantErr: "nvidia.disableCoreLimit: found string, want true or false"},
 		{name: "bad delivery", in: "nvidia:\n  limitDelivery: envv\n", wantErr: `nvidia.limitDelivery: "envv" is not one of file|env`},
+		{name: "enforcement", in: "nvidia:\n  enforcement: kill\n", check: func(t *testing.T, c *DeviceConfig) {
+			if *c.Nvidia.Enforcement != EnforcementKill {
+				t.Errorf("enforcement %q", *c.Nvidia.Enforcement)
+			}
+		}},
+		{name: "bad enforcement", in: "nvidia:\n  enforcement: kil\n", wantErr: `nvidia.enforcement: "kil" is not one of report|kill`},
+		{name: "typo of enforcement", in: "nvidia:\n  enforcment: kill\n", wantErr: `nvidia.enforcment: unknown field; did you mean "enforcement"?`},
 		{name: "bad policy", in: "nvidia:\n  gpuCorePolicy: always\n", wantErr: `nvidia.gpuCorePolicy: "always"`},
 		{name: "zero split", in: "nvidia:\n  deviceSplitCount: 0\n", wantErr: "deviceSplitCount: must be at least 1"},
 		{name: "bad version", in: "version: v2\n", wantErr: `version: "v2" is not supported`},
@@ -112,6 +119,7 @@ func TestParsePluginConfig(t *testing.T) {
 		{name: "bad log level names node", in: `{"nodeconfig":[{"name":"n1","libcudaloglevel":"9"}]}`, wantErr: `nodeconfig[0] (node "n1"): libcudaloglevel: "9" is not a log level`},
 		{name: "wrong type", in: `{"nodeconfig":[{"name":"n1","devicesplitcount":"4"}]}`, wantErr: "nodeconfig.devicesplitcount: found string, want a whole number"},
 		{name: "bad delivery names node", in: `{"nodeconfig":[{"name":"n1","limitdelivery":"envv"}]}`, wantErr: `nodeconfig[0] (node "n1"): limitdelivery: "envv" is not one of file|env`},
+		{name: "bad enforcement names node", in: `{"nodeconfig":[{"name":"n1","enforcement":"Kill"}]}`, wantErr: `nodeconfig[0] (node "n1"): enforcement: "Kill" is not one of report|kill`},
 		{name: "bad mode", in: `{"nodeconfig":[{"name":"n1","operatingmode":"mps2"}]}`, wantErr: `operatingmode: "mps2"`},
 		{name: "missing name", in: `{"nodeconfig":[{}]}`, wantErr: "name is required"},
 		{name: "trailing data", in: `{} {}`, wantErr: "trailing data"},
@@ -133,7 +141,7 @@ func TestResolve(t *testing.T) {
 	}
 	pc, err := ParsePluginConfig([]byte(`{"nodeconfig":[
 		{"name":"n1","devicesplitcount":8,"limitdelivery":"file"},
-		{"name":"n2","operatingmode":"mig"},
+		{"name":"n2","operatingmode":"mig","enforcement":"kill"},
 		{"name":"n1","libcudaloglevel":"4"}]}`), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -143,11 +151,11 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("n1 = %+v", n1)
 	}
 	n2 := Resolve(dc, pc, "n2")
-	if n2.OperatingMode != OperatingModeMIG || n2.DeviceSplitCount != 4 || n2.NodeLimitDelivery != nil {
+	if n2.OperatingMode != OperatingModeMIG || n2.DeviceSplitCount != 4 || n2.NodeLimitDelivery != nil || n2.Enforcement != EnforcementKill || n1.Enforcement != EnforcementReport {
 		t.Fatalf("n2 = %+v", n2)
 	}
 	def := Resolve(nil, nil, "x")
-	if def.DeviceSplitCount != DefaultDeviceSplitCount || def.OperatingMode != OperatingModeHAMiCore || def.AllowPodLimitDeliveryOverride {
+	if def.DeviceSplitCount != DefaultDeviceSplitCount || def.OperatingMode != OperatingModeHAMiCore || def.AllowPodLimitDeliveryOverride || def.Enforcement != EnforcementReport {
 		t.Fatalf("defaults = %+v", def)
 	}
 }

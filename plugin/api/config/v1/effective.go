@@ -1,5 +1,7 @@
 package v1
 
+import "github.com/go-logr/logr"
+
 // Effective is the configuration in force on one node: global values with
 // the node's entry applied on top, every field resolved to a value.
 type Effective struct {
@@ -15,7 +17,8 @@ type Effective struct {
 	ResourceCountName            string
 	// Requests is how the scheduler reads a container's requests; the
 	// plugin holds every placement to them.
-	Requests Requests
+	Requests    Requests
+	Enforcement Enforcement
 
 	// The delivery layers stay separate: the pod annotation is resolved
 	// against them per allocation (see package delivery).
@@ -51,6 +54,21 @@ const (
 	DefaultMemoryFactor                 = 1
 )
 
+// LoadEffective reads the global device configuration (deviceFile; "" = none) and the per-node
+// overrides (nodeFile; a missing file = none) and resolves them for nodeName: what both binaries
+// start from.
+func LoadEffective(deviceFile, nodeFile, nodeName string, log logr.Logger) (Effective, error) {
+	dc, err := LoadDeviceConfig(deviceFile, log)
+	if err != nil {
+		return Effective{}, err
+	}
+	pc, err := LoadPluginConfig(nodeFile, log)
+	if err != nil {
+		return Effective{}, err
+	}
+	return Resolve(dc, pc, nodeName), nil
+}
+
 // Resolve merges the global config and the entry of pc named nodeName. Later
 // matching entries override earlier ones field by field.
 func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
@@ -65,6 +83,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 			CountName: DefaultResourceCountName, MemoryName: DefaultResourceMemoryName, CoreName: DefaultResourceCoreName,
 			MemoryPercentageName: DefaultResourceMemoryPercentageName, MemoryFactor: DefaultMemoryFactor,
 		},
+		Enforcement: DefaultEnforcement,
 	}
 	if dc != nil && dc.Nvidia != nil {
 		n := dc.Nvidia
@@ -76,6 +95,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 		set(&e.HostPIDBroker, n.HostPIDBroker)
 		set(&e.AllowPodLimitDeliveryOverride, n.AllowPodLimitDeliveryOverride)
 		set(&e.ResourceCountName, n.ResourceCountName)
+		set(&e.Enforcement, n.Enforcement)
 		e.GlobalLimitDelivery = n.LimitDelivery
 		r := &e.Requests
 		set(&r.CountName, n.ResourceCountName)
@@ -97,6 +117,7 @@ func Resolve(dc *DeviceConfig, pc *PluginConfig, nodeName string) Effective {
 			set(&e.DeviceMemoryScaling, nc.DeviceMemoryScaling)
 			set(&e.DeviceCoreScaling, nc.DeviceCoreScaling)
 			setLogLevel(&e.LibCudaLogLevel, nc.LibCudaLogLevel)
+			set(&e.Enforcement, nc.Enforcement)
 			if nc.LimitDelivery != nil {
 				e.NodeLimitDelivery = nc.LimitDelivery
 			}

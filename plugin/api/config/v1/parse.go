@@ -12,8 +12,8 @@ import (
 // sections and fields this plugin adds or keys on, which no HAMi file spells
 // differently (see decodeTolerant).
 var (
-	deviceGuarded = []string{"version", "nvidia", "limitDelivery", "allowPodLimitDeliveryOverride", "hostPIDBroker"}
-	pluginGuarded = []string{"version", "nodeconfig", "limitdelivery", "operatingmode"}
+	deviceGuarded = []string{"version", "nvidia", "limitDelivery", "allowPodLimitDeliveryOverride", "hostPIDBroker", "enforcement"}
+	pluginGuarded = []string{"version", "nodeconfig", "limitdelivery", "operatingmode", "enforcement"}
 )
 
 // ParseDeviceConfig parses and validates a device configuration (YAML or

@@ -31,6 +31,25 @@ const DefaultLimitDelivery = LimitDeliveryFile
 // Valid reports whether d is one of file|env.
 func (d LimitDelivery) Valid() bool { return d == LimitDeliveryFile || d == LimitDeliveryEnv }
 
+// Enforcement is what the node monitor does when the driver shows a
+// container holding more GPU memory than its limit allows.
+type Enforcement string
+
+const (
+	// EnforcementReport exports metrics, logs and records an Event on the pod
+	// (the default).
+	EnforcementReport Enforcement = "report"
+	// EnforcementKill also SIGKILLs the offending process (the one whose
+	// memory put its container over), never another pod's.
+	EnforcementKill Enforcement = "kill"
+)
+
+// DefaultEnforcement applies when neither file sets one.
+const DefaultEnforcement = EnforcementReport
+
+// Valid reports whether e is one of report|kill.
+func (e Enforcement) Valid() bool { return e == EnforcementReport || e == EnforcementKill }
+
 // OperatingMode of a node's GPUs.
 type OperatingMode string
 
@@ -75,6 +94,9 @@ type NvidiaConfig struct {
 	AllowPodLimitDeliveryOverride *bool `json:"allowPodLimitDeliveryOverride,omitempty"`
 	// HostPIDBroker injects LIBVGPU_HOSTPID_BROKER=1.
 	HostPIDBroker *bool `json:"hostPIDBroker,omitempty"`
+	// Enforcement is the node monitor's answer to a container over its
+	// memory limit by the driver's count (report|kill).
+	Enforcement *Enforcement `json:"enforcement,omitempty"`
 
 	NodeDefaults `json:",inline"`
 }
@@ -108,4 +130,5 @@ type NodeConfig struct {
 	LibCudaLogLevel              *LogLevel      `json:"libcudaloglevel,omitempty"`
 	EnableNumaTopology           *bool          `json:"enablenumatopology,omitempty"`
 	LimitDelivery                *LimitDelivery `json:"limitdelivery,omitempty"`
+	Enforcement                  *Enforcement   `json:"enforcement,omitempty"`
 }

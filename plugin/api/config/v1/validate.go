@@ -37,6 +37,9 @@ func (c *DeviceConfig) Validate() error {
 	if n.LimitDelivery != nil && !n.LimitDelivery.Valid() {
 		errs = append(errs, fmt.Errorf("nvidia.limitDelivery: %q is not one of file|env", *n.LimitDelivery))
 	}
+	if n.Enforcement != nil && !n.Enforcement.Valid() {
+		errs = append(errs, fmt.Errorf("nvidia.enforcement: %q is not one of report|kill", *n.Enforcement))
+	}
 	if n.GPUCorePolicy != nil {
 		switch *n.GPUCorePolicy {
 		case "default", "force", "disable":
@@ -122,6 +125,9 @@ func (c *PluginConfig) Validate() error {
 		}
 		if e.LimitDelivery != nil && !e.LimitDelivery.Valid() {
 			errs = append(errs, fmt.Errorf("%slimitdelivery: %q is not one of file|env", where, *e.LimitDelivery))
+		}
+		if e.Enforcement != nil && !e.Enforcement.Valid() {
+			errs = append(errs, fmt.Errorf("%senforcement: %q is not one of report|kill", where, *e.Enforcement))
 		}
 		if e.OperatingMode != nil && *e.OperatingMode != OperatingModeHAMiCore && *e.OperatingMode != OperatingModeMIG {
 			errs = append(errs, fmt.Errorf("%soperatingmode: %q is not one of hami-core|mig", where, *e.OperatingMode))

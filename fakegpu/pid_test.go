@@ -1,0 +1,77 @@
+package fakegpu_test
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+)
+
+// TestProcessListByTheReadersPID: a process in its own PID namespace (as in a
+// container, or in a kind node) calls itself 1; the NVML process list read
+// from the host's namespace names it by the PID the host sees, as a real
+// driver's list does, so a node agent can map and signal it. Before fakegpu
+// translated PIDs, the list said 1.
+func TestProcessListByTheReadersPID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		sandboxtest.SkipUnlessCI(t, "needs root: unshare --pid (a PID namespace, as a container's)")
+	}
+	h := newHost(t, "a16-16q")
+	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(h.paths.Bin, "cudaprobe"), "--mib", "100", "--hold-until-signal")
+	c.Env = h.env
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("holder: %v\nstderr: %s", err, stderr.String())
+	}
+	p := decode[probe](t, line)
+	if p.GrantedMiB != 100 || p.PID != 1 {
+		t.Fatalf("the holder in its namespace: %+v; want 100 MiB granted to PID 1", p)
+	}
+	host := childOf(t, c.Process.Pid)
+	var listed []int
+	for _, proc := range h.info().Devices[0].Processes {
+		listed = append(listed, proc.PID)
+		if proc.PID == host && proc.Used >= 100 {
+			return
+		}
+	}
+	t.Errorf("the host's NVML process list holds PIDs %v; want the holder's host PID %d (it calls itself %d)", listed, host, p.PID)
+}
+
+// childOf returns the only child of pid (unshare's forked child).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+		if err == nil {
+			if f := strings.Fields(string(b)); len(f) == 1 {
+				n, err := strconv.Atoi(f[0])
+				if err == nil {
+					return n
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no child of %d: %v %q", pid, err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,93 @@
+package monitor
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	driverLabels   = []string{"pod_uid", "container", "gpu_uuid", "device_index"}
+	descDriverUsed = prometheus.NewDesc("hami_container_driver_memory_bytes",
+		"GPU memory a container's processes hold on a GPU by the driver's count (nvmlDeviceGetComputeRunningProcesses), whatever they loaded; device_index is the GPU's index in the container, -1 for a GPU it was not given.",
+		driverLabels, nil)
+	descDriverBound = prometheus.NewDesc("hami_container_driver_memory_bound_bytes",
+		"What a container may hold on a GPU by the driver's count: its memory limit plus the context allowance of each of its processes there (absent when it has no limit there).",
+		driverLabels, nil)
+	descDriverOver = prometheus.NewDesc("hami_container_driver_memory_over_limit",
+		"1 when a container holds more on a GPU than its limit plus its processes' context allowance, by the driver's count (absent when it has no limit there).",
+		driverLabels, nil)
+	descDriverProcs = prometheus.NewDesc("hami_container_driver_processes",
+		"Processes of a container the driver lists on a GPU.",
+		driverLabels, nil)
+	descDriverProcess = prometheus.NewDesc("hami_driver_process_memory_bytes",
+		"GPU memory of one process by the driver's count, with its container (empty: no known container) and whether its container's usage region lists it (in_region: yes, no = it does not go through libvgpu.so, empty = not known).",
+		[]string{"gpu_uuid", "pid", "pod_uid", "container", "in_region"}, nil)
+	descUnattributed = prometheus.NewDesc("hami_node_driver_unattributed_memory_bytes",
+		"GPU memory of processes that belong to no known container (the host, a pod the API server has not reported): reported, never killed.",
+		[]string{"gpu_uuid"}, nil)
+	descDriverKills = prometheus.NewDesc("hami_monitor_driver_kills_total",
+		"Processes the monitor killed (enforcement: kill) for putting their container over its GPU memory limit.",
+		[]string{"pod_uid", "container"}, nil)
+	descDriverErrors = prometheus.NewDesc("hami_monitor_driver_errors",
+		"Devices or processes the last accounting pass could not read (or 1 when the identity could not be read).",
+		nil, nil)
+	descDriverPass = prometheus.NewDesc("hami_monitor_driver_last_pass_timestamp_seconds",
+		"When the last driver-truth accounting pass completed.",
+		nil, nil)
+)
+
+// DriverCollector exports the last accounting pass.
+type DriverCollector struct {
+	Accounting *Accounting
+}
+
+var _ prometheus.Collector = (*DriverCollector)(nil)
+
+// Describe implements prometheus.Collector.
+func (d *DriverCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range []*prometheus.Desc{descDriverUsed, descDriverBound, descDriverOver, descDriverProcs, descDriverProcess,
+		descUnattributed, descDriverKills, descDriverErrors, descDriverPass} {
+		ch <- x
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (d *DriverCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, n := range d.Accounting.kills() {
+		ch <- prometheus.MustNewConstMetric(descDriverKills, prometheus.CounterValue, float64(n), string(k.PodUID), k.Container)
+	}
+	rep := d.Accounting.Last()
+	if rep == nil {
+		return
+	}
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descDriverErrors, float64(len(rep.Errors)))
+	gauge(descDriverPass, float64(rep.Taken.UnixNano())/1e9)
+	for _, u := range rep.Usage {
+		l := []string{string(u.Container.PodUID), u.Container.Container, u.GPU, strconv.Itoa(u.Index)}
+		gauge(descDriverUsed, float64(u.UsedBytes), l...)
+		gauge(descDriverProcs, float64(len(u.Processes)), l...)
+		if u.Judged {
+			gauge(descDriverBound, float64(u.BoundBytes), l...)
+			over := 0.0
+			if u.Over {
+				over = 1
+			}
+			gauge(descDriverOver, over, l...)
+		}
+		for _, p := range u.Processes {
+			gauge(descDriverProcess, float64(p.UsedBytes), p.GPU, strconv.Itoa(p.PID), string(u.Container.PodUID), u.Container.Container, p.InRegion)
+		}
+	}
+	stray := map[string]float64{}
+	for _, p := range rep.Unattributed {
+		stray[p.GPU] += float64(p.UsedBytes)
+		gauge(descDriverProcess, float64(p.UsedBytes), p.GPU, strconv.Itoa(p.PID), "", "", "")
+	}
+	for g, b := range stray {
+		gauge(descUnattributed, b, g)
+	}
+}

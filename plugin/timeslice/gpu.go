@@ -103,7 +103,7 @@ type GPU struct {
 	start  time.Time     // the holder's slice started
 	budget time.Duration // the holder's credit when it started: the slice's length, drain included
 	spent  time.Duration // charged to the holder since
-	over   []*seat   // revoked slices still draining beside the next one
+	over   []*seat       // revoked slices still draining beside the next one
 	nextID uint32
 	last   time.Time
 	stats  GPUStats
@@ -371,7 +371,7 @@ func (g *GPU) account(dt time.Duration, sum int, now time.Time) {
 		limit := g.quantum(s, sum)
 		switch {
 		case s == g.holder:
-			limit = time.Duration(1<<62)
+			limit = time.Duration(1 << 62)
 		case g.pending(s, now):
 			limit = limit * 3 / 2
 		}

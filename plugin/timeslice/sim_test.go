@@ -14,7 +14,7 @@ import (
 // between them (a GPU time-slices between contexts), never a kernel of a container that is not
 // allowed to launch. The judge is the work each container completed, as on fakegpu.
 
-const simStep = 100 * time.Microsecond
+const simStep = 200 * time.Microsecond
 
 // workload is what a container's application does.
 type workload struct {
@@ -237,6 +237,7 @@ func fmtf(v []float64) string {
 const simTol = 0.01 // the model's scheduler holds limits far tighter than the ±0.03 of the real tests
 
 func TestSharesForce(t *testing.T) {
+	t.Parallel()
 	ms := workload{kernel: time.Millisecond}
 	for _, tc := range []struct {
 		name   string
@@ -253,6 +254,7 @@ func TestSharesForce(t *testing.T) {
 		{"16 x 6.25", []int{6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7}, nil, ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := newSim(t, DefaultConfig())
 			for i, l := range tc.limits {
 				w := tc.w
@@ -272,6 +274,7 @@ func TestSharesForce(t *testing.T) {
 // A kernel longer than a period is charged to the slices after it: 1 s kernels under 30 % force
 // do 0.30 over every 10 s window, alone and beside a busy neighbour.
 func TestLongKernelsAreCharged(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, DefaultConfig())
 	long := s.add("long", 30, PolicyForce, 1, workload{kernel: time.Second})
 	s.run(25 * time.Second)
@@ -286,6 +289,7 @@ func TestLongKernelsAreCharged(t *testing.T) {
 }
 
 func TestPolicies(t *testing.T) {
+	t.Parallel()
 	ms := workload{kernel: time.Millisecond}
 	t.Run("default alone unthrottled", func(t *testing.T) {
 		s := newSim(t, DefaultConfig())
@@ -343,6 +347,7 @@ func TestPolicies(t *testing.T) {
 // A loop of short bursts each followed by a synchronisation (latency-bound inference) gets its
 // share of its own unthrottled rate, alone and beside a busy neighbour.
 func TestBurstSyncLoop(t *testing.T) {
+	t.Parallel()
 	loop := workload{kernel: 200 * time.Microsecond, burst: 5, think: 500 * time.Microsecond}
 	free := newSim(t, DefaultConfig())
 	u := free.add("u", 0, PolicyForce, 1, loop)
@@ -367,6 +372,7 @@ func TestBurstSyncLoop(t *testing.T) {
 // period for it, whatever its neighbours run; after the first 2 s (until its first drains are
 // measured, a slice's drain is not taken off its end).
 func TestNoStarvation(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	for _, tc := range []struct {
 		name string
@@ -387,6 +393,7 @@ func TestNoStarvation(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := newSim(t, cfg)
 			c := s.add("small", 10, PolicyForce, 5, workload{kernel: time.Millisecond})
 			tc.add(s)
@@ -407,6 +414,7 @@ func TestNoStarvation(t *testing.T) {
 
 // What a container writes in its report can only change what is decided for it.
 func TestLiesHurtOnlyTheLiar(t *testing.T) {
+	t.Parallel()
 	ms := workload{kernel: time.Millisecond}
 	for _, tc := range []struct {
 		name string
@@ -420,6 +428,7 @@ func TestLiesHurtOnlyTheLiar(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := newSim(t, DefaultConfig())
 			honest := s.add("honest", 30, PolicyForce, 1, ms)
 			liar := s.add("liar", 50, PolicyForce, 1, ms)
@@ -437,6 +446,7 @@ func TestLiesHurtOnlyTheLiar(t *testing.T) {
 // A container whose report cannot be read is never pending: it gets no slice, its neighbour keeps
 // its share.
 func TestUnreadableReport(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, DefaultConfig())
 	a := s.add("a", 30, PolicyForce, 1, workload{kernel: time.Millisecond})
 	s.g.Put(Identity{Key: "ghost", Limit: 50, Policy: PolicyForce, Priority: 0})

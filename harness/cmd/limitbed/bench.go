@@ -38,6 +38,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	scenario := fs.String("scenario", "", "a named shared-GPU scenario (list: --scenario list)")
 	profile := fs.String("profile", "", "fakegpu profile of a shared-GPU run (default a16-16q; 8x-h100-80g has eight GPUs)")
 	asJSON := fs.Bool("json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
+	var extraEnv stringList
+	fs.Var(&extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &exitError{2, err}
 	}
@@ -48,7 +50,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		return runShared(ctx, env, sharedFlags{specs: specs, scenario: *scenario, profile: *profile, root: *root, build: *build,
-			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow})
+			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv})
 	}
 	var ls []int
 	for _, f := range strings.Split(*limits, ",") {

@@ -20,7 +20,7 @@ func (l *stringList) String() string     { return strings.Join(*l, " ") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 type sharedFlags struct {
-	specs                          []string
+	specs, env                     []string
 	scenario, profile, root, build string
 	real, secondsSet, json         bool
 	perWindow                      bool
@@ -67,6 +67,11 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 	if err := sc.Check(0); err != nil {
 		return &exitError{2, err}
 	}
+	for _, kv := range f.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return &exitError{2, fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+		}
+	}
 	root, build, err := buildPaths(f.root, f.build, "bin/hamicore-launchprobe", "bin/gpuwork", "lib/libvgpu.so")
 	if err != nil {
 		return err
@@ -79,7 +84,7 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 	r := &computebench.SharedRunner{
 		Probe: filepath.Join(build, "bin", "hamicore-launchprobe"), Preload: filepath.Join(build, "lib", "libvgpu.so"),
 		Work: filepath.Join(build, "bin", "gpuwork"), Lib: filepath.Join(build, "lib"),
-		ProfileDir: filepath.Join(root, "fakegpu", "profiles"), Dir: dir, Logger: klog.Background().V(4),
+		ProfileDir: filepath.Join(root, "fakegpu", "profiles"), Dir: dir, Env: f.env, Logger: klog.Background().V(4),
 	}
 	if !f.json {
 		fmt.Fprintf(env.stderr, "bench: %s: %d containers, %.0f s (each workload first alone, unthrottled)\n", sc.Name, len(sc.Containers), sc.Seconds)

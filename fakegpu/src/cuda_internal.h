@@ -122,7 +122,6 @@ typedef struct fg_ctx {
     int dev;            /* ordinal */
     int primary;
     unsigned refs;      /* primary context retain count */
-    uint64_t last_end;  /* when its last launched work finishes (cuCtxSynchronize waits for it) */
 } fg_ctx;
 
 typedef struct fg_cuda {
@@ -189,6 +188,11 @@ void fg_graph_forget_all(void);
 void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
+/* Waits until the work this process queued on the context's device has run (cuCtxSynchronize,
+ * cuStreamSynchronize: fakegpu keeps one queue per process and device). */
+CUresult fg_launch_drain(const fg_ctx *c);
+/* CUDA_SUCCESS when that work has run, CUDA_ERROR_NOT_READY while some is queued (cuStreamQuery). */
+CUresult fg_launch_query(const fg_ctx *c);
 
 /* Context charge: a primary or created context costs the profile's context_mib. */
 CUresult fg_ctx_charge(int ordinal, int add);

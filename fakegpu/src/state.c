@@ -26,6 +26,8 @@ static int init_shared(fg_shared *sh, uint64_t identity, unsigned nunits) {
     sh->size = (uint32_t)sizeof *sh;
     sh->identity = identity;
     sh->nunits = nunits;
+    for (unsigned u = 0; u < FG_MAX_UNITS; u++)
+        sh->unit[u].cur = -1;
     /* The magic goes last: a reader that sees it sees an initialised struct. */
     __atomic_store_n(&sh->magic, FG_STATE_MAGIC, __ATOMIC_RELEASE);
     return 0;
@@ -119,6 +121,8 @@ void fg_state_after_fork(fg_state *st) {
     close(st->fd);
     st->fd = open(st->path, O_RDWR | O_CLOEXEC);
     st->slot = -1, st->pid = 0;
+    memset(st->chan, 0, sizeof st->chan); /* the parent's queues and record stay the parent's */
+    st->acct = 0;
 }
 
 static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
@@ -138,8 +142,10 @@ static void reap(fg_state *st) {
         if (!s->in_use || mine(st, i))
             continue;
         struct flock fl;
-        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK)
-            memset(s, 0, sizeof *s); /* its owner is gone: so is its memory */
+        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK) {
+            memset(s, 0, sizeof *s); /* its owner is gone: so is its memory, and its queued work */
+            fg_state_forget(st->sh, i);
+        }
     }
 }
 
@@ -158,6 +164,10 @@ int fg_state_lock(fg_state *st) {
     if (st->slot >= 0 && st->pid != getpid())
         fg_state_after_fork(st); /* forked without our atfork handler (raw clone) */
     reap(st);
+    /* Dead processes' work is gone first (their queues die with them), then the engines catch up. */
+    uint64_t now = st->clock ? st->clock() : fg_now_ns();
+    for (unsigned u = 0; u < st->sh->nunits && u < FG_MAX_UNITS; u++)
+        fg_state_advance(st->sh, u, now);
     return 0;
 }
 
@@ -207,33 +217,6 @@ void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx) {
         return;
     uint64_t *v = &(is_ctx ? st->sh->slot[st->slot].ctx : st->sh->slot[st->slot].used)[unit];
     *v = *v > bytes ? *v - bytes : 0;
-}
-
-uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window) {
-    fg_unit *u = &st->sh->unit[unit];
-    uint64_t start = u->busy_until > now ? u->busy_until : now, end = start + dur;
-    u->busy_until = end;
-    int32_t pid = (int32_t)getpid();
-    fg_busy *last = u->count ? &u->ring[(u->head + FG_BUSY_RING - 1) % FG_BUSY_RING] : NULL;
-    if (last && last->pid == pid && last->end == start) {
-        last->end = end; /* back-to-back work of one process: one interval */
-        return end;
-    }
-    if (u->count == FG_BUSY_RING) {
-        /* Full: overwrite the oldest unless it still counts for the window; then fold the new
-         * work into the newest interval by its duration only — stretching it to the new end would
-         * count the idle gap between them as busy. The device total stays right; only the
-         * placement inside the window and the attribution to a process blur. */
-        if (u->ring[u->head].end + window > now) {
-            last->end += dur;
-            return end;
-        }
-    } else {
-        u->count++;
-    }
-    u->ring[u->head] = (fg_busy){start, end, pid, 0};
-    u->head = (u->head + 1) % FG_BUSY_RING;
-    return end;
 }
 
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {

@@ -15,6 +15,12 @@
  * use whose byte nobody locks belongs to a dead process and is reclaimed on the next lock.
  * fork: the child shares the parent's open file description, so it reopens the file and takes a
  * slot of its own (fg_state_after_fork); O_CLOEXEC keeps exec'd programs from inheriting it.
+ *
+ * Engines: each unit (a GPU or a MIG instance) runs the kernels that processes queue on it,
+ * time-sliced between processes as a real GPU does (timeline.c). The timeline is simulated lazily:
+ * every fg_state_lock brings every unit up to "now" first, so whoever holds the lock sees the
+ * engines as they are at that moment. What ran is counted per unit, per process and per container
+ * (account.c): the completed work the harness judges limits by (tools/gpuwork.c prints it).
  */
 #ifndef FG_STATE_H
 #define FG_STATE_H
@@ -26,9 +32,18 @@
 #include "fg.h"
 
 #define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
-#define FG_STATE_VERSION 1
+#define FG_STATE_VERSION 2
 #define FG_MAX_SLOTS 128
 #define FG_BUSY_RING 4096
+#define FG_MAX_CHANNELS 256 /* work queues: one per process and unit it launches on */
+#define FG_CHAN_DEPTH 1024  /* kernels one queue holds, like a real GPU's launch queue */
+#define FG_QUEUE_NS 1000000000ULL /* and at most this much work (ns) queued behind the running kernel */
+#define FG_MAX_ACCTS 512    /* per-process work records, kept after the process exits */
+#define FG_MAX_GROUPS 256   /* per-container work records */
+#define FG_GROUP_LEN 64     /* a container's name (FAKEGPU_CONTAINER), NUL included */
+/* The time slice of the open kernel module for Volta and later GPUs: 128 << 3 µs per channel group
+ * (FAKEGPU_TIMESLICE_US changes it). */
+#define FG_TIMESLICE_DEFAULT_NS 1024000ULL
 
 typedef struct fg_busy {
     uint64_t start, end; /* CLOCK_MONOTONIC ns */
@@ -36,11 +51,57 @@ typedef struct fg_busy {
     uint32_t pad;
 } fg_busy;
 
+/* What an engine ran: kernels completed, the nominal ns of work done (a kernel's share counted as
+ * it runs, so a window of a long kernel gets its part), and the ns the engine spent on it (less
+ * than the work under FAKEGPU_POWER_BOOST). Only ever grows. */
+typedef struct fg_work {
+    uint64_t kernels, work_ns, busy_ns;
+} fg_work;
+
 typedef struct fg_unit {
-    uint64_t busy_until;         /* the end of the queued work: the simulated engine timeline */
+    uint64_t sim_at;             /* the timeline is simulated up to here (CLOCK_MONOTONIC ns) */
+    uint64_t slice_end;          /* when the running queue's time slice ends */
+    int32_t cur;                 /* the queue (channel) holding the engine, -1 none */
+    uint32_t active;             /* queues with work */
     uint32_t head, count;
+    fg_work total;
     fg_busy ring[FG_BUSY_RING];  /* recent busy intervals, for utilisation */
 } fg_unit;
+
+/* A queued kernel: GPU ns still to run, GPU ns it runs in all, nominal ns of work it is. */
+typedef struct fg_kernel {
+    uint64_t left, run, nominal;
+} fg_kernel;
+
+/* A process's queue of work on one unit (the real driver's channel group of its context). */
+typedef struct fg_chan {
+    uint32_t in_use;
+    int32_t pid;                 /* the owner as it sees itself (busy intervals, NVML) */
+    int32_t slot;                /* the owner's slot: the queue and its work die with the process */
+    uint32_t unit;
+    int32_t acct;                /* the owner's work record, -1 none */
+    uint32_t head, count;
+    uint32_t pad;
+    uint64_t queued;             /* GPU ns left in the queue */
+    fg_kernel k[FG_CHAN_DEPTH];
+} fg_chan;
+
+/* A process's work record. It outlives the process (slot -1) until the table needs its room. */
+typedef struct fg_acct {
+    uint32_t used;
+    int32_t pid;                 /* as the process sees itself */
+    int32_t slot;                /* -1 once the process is gone */
+    int32_t group;               /* its container's record, -1 none */
+    uint64_t pidns;              /* inode of its PID namespace: PIDs repeat across containers */
+    uint64_t started;            /* CLOCK_MONOTONIC ns of its first launch */
+    fg_work w[FG_MAX_UNITS];
+} fg_acct;
+
+/* A container's work record: every process that named it in FAKEGPU_CONTAINER. */
+typedef struct fg_group {
+    char name[FG_GROUP_LEN];
+    fg_work w[FG_MAX_UNITS];
+} fg_group;
 
 typedef struct fg_slot {
     int32_t pid;                 /* as the owner sees itself */
@@ -57,8 +118,15 @@ typedef struct fg_shared {
     uint32_t nunits;
     uint32_t pad;
     pthread_mutex_t mutex;
+    uint64_t timeslice_ns;       /* 0 until the first CUDA process sets it (FG_TIMESLICE_DEFAULT_NS) */
+    uint64_t accts_recycled;     /* dead processes' records reused for new ones */
+    uint64_t accts_missing;      /* processes that got no record: every record was a live process's */
+    uint64_t groups_missing;     /* processes whose container got no record: the table was full */
     fg_slot slot[FG_MAX_SLOTS];
     fg_unit unit[FG_MAX_UNITS];
+    fg_chan chan[FG_MAX_CHANNELS];
+    fg_acct acct[FG_MAX_ACCTS];
+    fg_group group[FG_MAX_GROUPS];
 } fg_shared;
 
 #define FG_LOCK_OFFSET ((off_t)sizeof(fg_shared))
@@ -69,12 +137,21 @@ typedef struct fg_state {
     int slot;  /* this process's slot, -1 until it needs one */
     pid_t pid; /* the process that owns `slot` */
     char path[600];
+    uint16_t chan[FG_MAX_UNITS]; /* this process's queue per unit, index + 1 (0: none yet) */
+    int acct;                    /* its work record, index + 1 (0: none yet) */
+    char group[FG_GROUP_LEN];    /* its container (FAKEGPU_CONTAINER), "" none */
+    uint64_t (*clock)(void);     /* the engines' clock: fg_now_ns unless a test scripts one */
 } fg_state;
 
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen);
 void fg_state_detach(fg_state *st);
 
-/* Locks the shared mutex and reclaims dead processes' slots. 0 or -1. */
+/* The engine settings a CUDA process brings (after attach): its time slice, which must be the one
+ * the GPU already runs if another process set it, and its container. 0, or -1 with err. */
+int fg_state_engine(fg_state *st, uint64_t timeslice_ns, const char *group, char *err, size_t errlen);
+
+/* Locks the shared mutex, reclaims dead processes' slots (their queued work goes with them) and
+ * brings every engine's timeline up to now. 0 or -1. */
 int fg_state_lock(fg_state *st);
 void fg_state_unlock(fg_state *st);
 
@@ -84,8 +161,25 @@ uint64_t fg_state_unit_used(const fg_state *st, unsigned unit);
 /* 0: charged; -1: would exceed limit; -2: no free slot. */
 int fg_state_charge(fg_state *st, unsigned unit, uint64_t bytes, uint64_t limit, int is_ctx);
 void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx);
-/* Appends dur ns of work to the unit's timeline; returns when it will have finished. */
-uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window);
+/* Queues a kernel on this process's queue of the unit, now: run ns of engine time doing nominal ns
+ * of work. 0: queued; > 0: the queue is full (FG_CHAN_DEPTH kernels or more than FG_QUEUE_NS of
+ * work), try again no sooner than that many ns later; -1: no slot, queue or record left. */
+int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run, uint64_t nominal);
+/* 0 when this process has nothing queued on the unit; else the earliest time (ns) its queue can
+ * have run, whatever the other queues do (a lower bound: sleep until then and ask again). */
+uint64_t fg_state_drain_at(fg_state *st, unsigned unit);
+/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every unit). */
+void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
+
+/* Between state.c, timeline.c and account.c, with the lock held. */
+/* This process's queue on the unit, made (with its slot and work record) when create is set;
+ * -1 when it has none or none is left. */
+int fg_state_queue(fg_state *st, unsigned unit, int create);
+/* The process's and the container's records a queue's work is credited to (NULL: none). */
+void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **proc, fg_work **group);
+/* A dead slot's queues are dropped, its work records marked exited. */
+void fg_state_forget(fg_shared *sh, int slot);
+void fg_state_drop_queue(fg_shared *sh, int ci);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the

@@ -31,6 +31,7 @@ extern int fg_passed, fg_failed;
 void test_profile(void);
 void test_fault(void);
 void test_state(void);
+void test_timeline(void);
 void test_procaddr(void);
 
 /* A fresh directory under TMPDIR, removed by the runner at exit. */

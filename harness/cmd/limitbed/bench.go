@@ -15,7 +15,8 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
-// runBench: `limitbed bench compute` (the only benchmark it runs so far).
+// runBench: `limitbed bench compute` (the only benchmark it runs so far): each workload alone per
+// policy, or with --container/--scenario several containers sharing fakegpu's GPUs (shared.go).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 || args[0] != "compute" {
 		return &exitError{2, fmt.Errorf("usage: limitbed bench compute [flags] (run with -h for the flags)")}
@@ -31,11 +32,25 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	policies := fs.String("policies", "force,disable,default", "comma-separated policies")
 	tol := fs.Float64("tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
 	perWindow := fs.Bool("windows", false, "also print every 1 s ratio")
+	var specs stringList
+	fs.Var(&specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
+		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
+	scenario := fs.String("scenario", "", "a named shared-GPU scenario (list: --scenario list)")
+	profile := fs.String("profile", "", "fakegpu profile of a shared-GPU run (default a16-16q; 8x-h100-80g has eight GPUs)")
+	asJSON := fs.Bool("json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
+	var extraEnv stringList
+	fs.Var(&extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &exitError{2, err}
 	}
 	if fs.NArg() > 0 {
 		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if len(specs) > 0 || *scenario != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		return runShared(ctx, env, sharedFlags{specs: specs, scenario: *scenario, profile: *profile, root: *root, build: *build,
+			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv})
 	}
 	var ls []int
 	for _, f := range strings.Split(*limits, ",") {
@@ -60,22 +75,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if *seconds < 3 {
 		return &exitError{2, fmt.Errorf("--seconds %d: at least 3 (the first 2 s are not judged)", *seconds)}
 	}
-	if *root == "" {
-		r, err := sandbox.RepoRoot()
-		if err != nil {
-			return &exitError{2, err}
-		}
-		*root = r
-	}
-	if *build == "" {
-		*build = filepath.Join(*root, "build")
+	var err error
+	if *root, *build, err = buildPaths(*root, *build, "bin/hamicore-launchprobe", "lib/libvgpu.so"); err != nil {
+		return err
 	}
 	probe, lib := filepath.Join(*build, "bin", "hamicore-launchprobe"), filepath.Join(*build, "lib", "libvgpu.so")
-	for _, p := range []string{probe, lib} {
-		if _, err := os.Stat(p); err != nil {
-			return &exitError{2, fmt.Errorf("%w (build it: make c OUT=%s)", err, *build)}
-		}
-	}
 	dir, err := os.MkdirTemp("", "limitbed-bench-")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -107,6 +111,27 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintln(env.stdout, "bench compute: every run within bounds")
 	return nil
+}
+
+// buildPaths fills in the repository root and the C build directory and checks that the build
+// holds what the bench runs.
+func buildPaths(root, build string, need ...string) (string, string, error) {
+	if root == "" {
+		r, err := sandbox.RepoRoot()
+		if err != nil {
+			return "", "", &exitError{2, err}
+		}
+		root = r
+	}
+	if build == "" {
+		build = filepath.Join(root, "build")
+	}
+	for _, n := range need {
+		if _, err := os.Stat(filepath.Join(build, n)); err != nil {
+			return "", "", &exitError{2, fmt.Errorf("%w (build it: make c OUT=%s)", err, build)}
+		}
+	}
+	return root, build, nil
 }
 
 func contains(list []string, s string) bool {

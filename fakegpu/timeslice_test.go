@@ -1,0 +1,71 @@
+package fakegpu_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// launchRun is hamicore-launchprobe's JSON line, as far as these tests read it.
+type launchRun struct {
+	Launches int       `json:"launches"`
+	Windows  []float64 `json:"windows"`
+}
+
+// launchprobe starts hamicore-launchprobe (no libvgpu.so: the plain driver) on the host.
+func (h *host) launchprobe(args ...string) func() launchRun {
+	h.t.Helper()
+	c := h.cmd("hamicore-launchprobe", args...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	return func() launchRun {
+		h.t.Helper()
+		var r launchRun
+		if err := c.Wait(); err != nil {
+			h.t.Fatalf("launchprobe %v: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
+		}
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Launches == 0 {
+			h.t.Fatalf("launchprobe %v: %q: %v", args, out.String(), err)
+		}
+		return r
+	}
+}
+
+func meanAfter(w []float64, skip int) float64 {
+	if len(w) <= skip {
+		return -1
+	}
+	s := 0.0
+	for _, v := range w[skip:] {
+		s += v
+	}
+	return s / float64(len(w)-skip)
+}
+
+// Contexts of different processes are time-sliced, as on a real GPU: a process that keeps its
+// launch queue full (1 s of 10 ms kernels) does not make a neighbour's later launch wait behind
+// that queue. The neighbour synchronises after every 1 ms kernel (latency-bound work), so each of
+// its kernels waits at most for the flooder's current slice: it gets about half the engine. One
+// FIFO timeline gave it ~0.001 (each kernel behind a second of the other's work).
+func TestTimeSlicedNeighbourIsNotQueuedBehindAFlood(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q")
+	flood := h.launchprobe("--seconds", "5", "--kernel-us", "10000")
+	time.Sleep(time.Second)
+	sync := h.launchprobe("--seconds", "3", "--workload", "burst", "--burst", "1", "--kernel-us", "1000")
+	s, f := sync(), flood()
+	t.Logf("neighbour windows %v, flooder windows %v", s.Windows, f.Windows)
+	// Windows after the neighbour's first second; the flooder's that overlap it.
+	if got := meanAfter(s.Windows, 1); got < 0.35 || got > 0.65 {
+		t.Errorf("synchronising neighbour: busy %.3f of the engine (windows %v), want about half (0.35..0.65)", got, s.Windows)
+	}
+	if len(f.Windows) >= 4 {
+		if got := meanAfter(f.Windows[:4], 2); got < 0.35 {
+			t.Errorf("flooding process beside it: busy %.3f (windows %v), want at least 0.35 (round robin, not starved)", got, f.Windows)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/harness/computebench"
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+type sharedFlags struct {
+	specs, env                     []string
+	scenario, profile, root, build string
+	real, secondsSet, json         bool
+	perWindow                      bool
+	seconds                        int
+	tol                            float64
+}
+
+// runShared: `limitbed bench compute --container … | --scenario NAME`: several containers on the
+// GPUs of one fakegpu host, each judged by fakegpu's record of its completed work.
+func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
+	if f.real {
+		return &exitError{2, fmt.Errorf("--container/--scenario run on fakegpu only: its device-side record of completed work is the judge (on a real GPU, judge by the workload's own count: scripts/gpu-check.sh)")}
+	}
+	if f.scenario == "list" {
+		fmt.Fprintln(env.stdout, computebench.ScenarioNames())
+		return nil
+	}
+	var sc computebench.Scenario
+	switch {
+	case f.scenario != "" && len(f.specs) > 0:
+		return &exitError{2, fmt.Errorf("--scenario and --container together: give one")}
+	case f.scenario != "":
+		s, ok := computebench.Scenarios()[f.scenario]
+		if !ok {
+			return &exitError{2, fmt.Errorf("--scenario %q: unknown (known: %s)", f.scenario, computebench.ScenarioNames())}
+		}
+		sc = s
+	default:
+		sc = computebench.Scenario{Name: "command line", Seconds: computebench.ScenarioSeconds}
+		for i, spec := range f.specs {
+			c, err := computebench.ParseContainer(spec, i)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("--container: %w", err)}
+			}
+			sc.Containers = append(sc.Containers, c)
+		}
+	}
+	if f.secondsSet {
+		sc.Seconds = float64(f.seconds)
+	}
+	if f.profile != "" {
+		sc.Profile = f.profile
+	}
+	if err := sc.Check(0); err != nil {
+		return &exitError{2, err}
+	}
+	for _, kv := range f.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return &exitError{2, fmt.Errorf("--env %q: want KEY=VALUE", kv)}
+		}
+	}
+	root, build, err := buildPaths(f.root, f.build, "bin/hamicore-launchprobe", "bin/gpuwork", "lib/libvgpu.so")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "limitbed-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	r := &computebench.SharedRunner{
+		Probe: filepath.Join(build, "bin", "hamicore-launchprobe"), Preload: filepath.Join(build, "lib", "libvgpu.so"),
+		Work: filepath.Join(build, "bin", "gpuwork"), Lib: filepath.Join(build, "lib"),
+		ProfileDir: filepath.Join(root, "fakegpu", "profiles"), Dir: dir, Env: f.env, Logger: klog.Background().V(4),
+	}
+	if !f.json {
+		fmt.Fprintf(env.stderr, "bench: %s: %d containers, %.0f s (each workload first alone, unthrottled)\n", sc.Name, len(sc.Containers), sc.Seconds)
+	}
+	res, err := r.Run(ctx, sc, f.tol)
+	if err != nil {
+		return fmt.Errorf("bench compute: %w", err)
+	}
+	if f.json {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		computebench.ReportShared(env.stdout, res, f.perWindow)
+	}
+	if !res.OK() {
+		return &exitError{1, fmt.Errorf("a container out of its bounds")}
+	}
+	if !f.json {
+		fmt.Fprintln(env.stdout, "bench compute: every judged container within bounds")
+	}
+	return nil
+}

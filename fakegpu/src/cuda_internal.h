@@ -31,6 +31,7 @@
 #undef cuStreamDestroy
 #undef cuStreamBeginCapture
 #undef cuGraphAddKernelNode
+#undef cuEventDestroy
 
 /* Entry points cuda_abi.h does not declare: legacy spellings, per-thread-stream variants. */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
@@ -69,6 +70,8 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
+CUresult cuEventDestroy(CUevent hEvent);
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult cuStreamQuery_ptsz(CUstream hStream);
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
 /* The CUDA 10-11 layout of the kernel node parameters (cuGraphAddKernelNode, the v1 symbol). */
@@ -188,6 +191,8 @@ void fg_graph_forget_all(void);
 void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
+/* A kernel was queued on the unit (cuda_event.c counts them; state lock held). */
+void fg_event_submitted(unsigned unit);
 /* Waits until the work this process queued on the context's device has run (cuCtxSynchronize,
  * cuStreamSynchronize: fakegpu keeps one queue per process and device). */
 CUresult fg_launch_drain(const fg_ctx *c);

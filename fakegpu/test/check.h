@@ -33,6 +33,7 @@ void test_fault(void);
 void test_state(void);
 void test_timeline(void);
 void test_procaddr(void);
+void test_event(void);
 
 /* A fresh directory under TMPDIR, removed by the runner at exit. */
 const char *fg_test_dir(void);

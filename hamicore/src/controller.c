@@ -62,7 +62,7 @@ void lb_ctl_episode(struct lb_bucket *b)
  * process) would drain for seconds at 1 - T - the neighbour's share. */
 static void maybe_calibrate(int dev, struct lb_bucket *b, const struct lb_sensors *sn)
 {
-    if (b->full > 0 || sn->switched_off() || sn->shared_now(dev))
+    if (b->full > 0 || atomic_load(&b->scheduled) || sn->switched_off() || sn->shared_now(dev))
         return;
     int64_t now = sn->realtime_s(), won = atomic_load(&g_calib_won);
     if (!won || now - won > CALIB_JOIN_S) {

@@ -1,6 +1,6 @@
 /*
  * The compute work of executable graphs: a graph launch starts all its kernel nodes at once, so
- * the limiter charges it their number and thread blocks (limiter.c), counted from the graph's
+ * the gate paces it, without a scheduler, as their number and thread blocks (limiter.c), counted from the graph's
  * nodes when it is instantiated or updated (cuGraphExecUpdate) and remembered per CUgraphExec.
  * Child-graph nodes are counted through their graph (4 levels deep); a graph of more than 1024
  * nodes is counted from its first 1024 and scaled to its size. A graph this process did not see
@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "context.h"
+#include "gate.h"
 #include "init.h"
 #include "limiter.h"
 #include "symbols.h"
@@ -113,30 +114,41 @@ void lb_graph_work_forget(CUgraphExec x)
     pthread_mutex_unlock(&g_mu);
 }
 
-static void __attribute__((noinline)) throttle(CUgraphExec x)
+/* The graph's kernels and blocks, for the pacing without a scheduler. */
+static void work_of(CUgraphExec x, uint64_t *k, uint64_t *b)
+{
+    *k = 1, *b = 1;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_n; i++)
+        if (g_work[i].x == x) {
+            *k = g_work[i].kernels, *b = g_work[i].blocks;
+            break;
+        }
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
 {
     int dev;
     if (lb_guard || lb_cur_device(&dev) != 0)
         return;
-    uint64_t k = 1, b = 1;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < g_n; i++)
-        if (g_work[i].x == x) {
-            k = g_work[i].kernels, b = g_work[i].blocks;
-            break;
-        }
-    pthread_mutex_unlock(&g_mu);
-    if (k)
-        lb_limiter_take(dev, k, b);
+    uint64_t k, b;
+    work_of(x, &k, &b);
+    if (!k)
+        return; /* no kernel in it: nothing to gate */
+    /* The marker of the batch is recorded before this launch, not after it (graph.c launches):
+     * it then marks the work queued so far, and the next one this graph. */
+    if (lb_gate_enter(dev, s, per_thread, k, b))
+        lb_gate_after(dev, s, per_thread);
 }
 
-void lb_graph_launch_throttle(CUgraphExec x)
+void lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
 {
     if (__builtin_expect(!lb_active(), 0))
         return;
     lb_mark_launch();
-    if (__builtin_expect(lb_launch_limited, 0))
-        throttle(x);
+    if (__builtin_expect(lb_launch_gated, 0) && !lb_gate_pass())
+        gate(x, s, per_thread);
 }
 
 /* cuGraphExecUpdate: the executable graph takes the new graph's kernels. */

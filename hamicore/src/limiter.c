@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "controller.h"
+#include "gate.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"
@@ -31,9 +32,7 @@ static _Atomic int g_watcher; /* 0 none, 1 running (or starting) */
 
 void lb_limiter_init(void)
 {
-    if (!lb_region || lb_cfg.policy == LB_POLICY_DISABLE)
-        return;
-    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+    for (int d = 0; lb_region && lb_cfg.policy != LB_POLICY_DISABLE && d < LB_REGION_MAX_DEVICES; d++) {
         uint32_t l = lb_region->sm_limit[d]; /* the region's: first writer wins, as for memory */
         if (l > 0 && l < 100) {
             g_b[d].limit = l;
@@ -41,7 +40,12 @@ void lb_limiter_init(void)
             lb_launch_limited = 1;
         }
     }
+    lb_gate_init();
 }
+
+int lb_limiter_limited(int dev) { return g_b[dev].limit != 0; }
+
+void lb_limiter_scheduled(int dev) { atomic_store(&g_b[dev].scheduled, 1); }
 
 void lb_limiter_after_fork(void)
 {
@@ -51,6 +55,7 @@ void lb_limiter_after_fork(void)
     lb_ctl_forget_calibration();
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_ctl_after_fork(&g_b[d]);
+    lb_gate_after_fork();
 }
 
 static void refill(struct lb_bucket *b)

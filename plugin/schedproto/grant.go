@@ -101,11 +101,13 @@ func (g *GrantFile) word(i int) *uint32 {
 // Load returns entry i's sequence and state.
 func (g *GrantFile) Load(i int) (seq uint32, s State) { return SplitWord(atomic.LoadUint32(g.word(i))) }
 
-// Set gives entry i state s (for Run, as slice grantID, written before the word), bumps the
-// sequence and wakes the container's launchers waiting on the word.
-func (g *GrantFile) Set(i int, s State, grantID uint32) {
-	if s == Run {
+// Set gives entry i state s (for Run and Free, as slice grantID lasting budget (0: until
+// revoked), both written before the word), bumps the sequence and wakes the container's launchers
+// waiting on the word.
+func (g *GrantFile) Set(i int, s State, grantID uint32, budget time.Duration) {
+	if s == Run || s == Free {
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offGrantID])), grantID)
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBudget])), uint32(min(max(budget.Microseconds(), 0), 1<<32-1)))
 	}
 	w := g.word(i)
 	seq, _ := SplitWord(atomic.LoadUint32(w))

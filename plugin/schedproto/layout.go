@@ -35,6 +35,7 @@ const (
 	offUUID    = 0  // grant entry
 	offWord    = 16 // grant entry
 	offGrantID = 20 // grant entry
+	offBudget  = 24 // grant entry
 
 	offJoin   = 0  // report entry
 	offWant   = 8  // report entry

@@ -94,7 +94,7 @@ func TestGrantFile(t *testing.T) {
 	if seq, s := g.Load(1); seq != 0 || s != Off {
 		t.Fatalf("new entry: seq %d state %v, want 0 off", seq, s)
 	}
-	g.Set(1, Run, 42)
+	g.Set(1, Run, 42, 30*time.Millisecond)
 	g.Beat(1)
 	if seq, s := g.Load(1); seq != 2 || s != Run {
 		t.Fatalf("after Set and Beat: seq %d state %v, want 2 run", seq, s)
@@ -106,6 +106,9 @@ func TestGrantFile(t *testing.T) {
 	}
 	if got := *(*uint32)(unsafe.Pointer(&data[entries+entrySize+offGrantID])); got != 42 {
 		t.Errorf("grant id %d, want 42", got)
+	}
+	if got := *(*uint32)(unsafe.Pointer(&data[entries+entrySize+offBudget])); got != 30000 {
+		t.Errorf("budget %d µs, want 30000", got)
 	}
 	if g.Replaced() {
 		t.Error("Replaced before any change")

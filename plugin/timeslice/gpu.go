@@ -194,12 +194,18 @@ func (g *GPU) Observe(key string, o Observed, now time.Time) {
 }
 
 // Grant is what the GPU decided for a container: the state of its grant word and, for Run and
-// Free, the slice id.
-func (g *GPU) Grant(key string) (schedproto.State, uint32) {
-	if s := g.find(key); s != nil {
-		return s.state, s.grant
+// Free, the slice id and how long the slice is planned to last before it is revoked (0: until
+// further notice), which the library sizes its queue by.
+func (g *GPU) Grant(key string) (schedproto.State, uint32, time.Duration) {
+	s := g.find(key)
+	if s == nil {
+		return schedproto.Off, 0, 0
 	}
-	return schedproto.Off, 0
+	var d time.Duration
+	if s == g.holder && s.mode == modeLimited {
+		d = max(g.budget-s.drain, 0)
+	}
+	return s.state, s.grant, d
 }
 
 // Draining names the container whose revoked slice the next one waits for, if any: the node

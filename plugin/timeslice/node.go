@@ -267,7 +267,7 @@ func (n *Node) drop(c *ctr) {
 			delete(l.members, c.key)
 			l.mu.Unlock()
 		}
-		c.grant.Set(i, schedproto.Off, 0)
+		c.grant.Set(i, schedproto.Off, 0, 0)
 	}
 	_ = c.grant.Close()
 	if c.report != nil {
@@ -306,9 +306,9 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 		}
 		next := l.g.Step(now)
 		for key, m := range l.members {
-			st, id := l.g.Grant(key)
+			st, id, budget := l.g.Grant(key)
 			if st != m.written || ((st == schedproto.Run || st == schedproto.Free) && id != m.id) {
-				m.c.grant.Set(m.idx, st, id)
+				m.c.grant.Set(m.idx, st, id, budget)
 				m.written, m.id = st, id
 			}
 		}

@@ -187,7 +187,7 @@ func (s *sim) run(d time.Duration) {
 		if _, draining := s.g.Draining(); draining || !at.Before(next) {
 			next = s.g.Step(at)
 			for _, c := range s.ctrs {
-				c.state, c.grant = s.g.Grant(c.id.Key)
+				c.state, c.grant, _ = s.g.Grant(c.id.Key)
 			}
 		}
 		for _, c := range s.ctrs {
@@ -453,7 +453,7 @@ func TestUnreadableReport(t *testing.T) {
 	s.g.Observe("ghost", Observed{OK: false, Entry: schedproto.Entry{Want: 5}}, s.base)
 	s.run(13 * time.Second)
 	within(t, "a", a.windows(), 0.30, simTol)
-	if st, _ := s.g.Grant("ghost"); st != schedproto.Wait {
+	if st, _, _ := s.g.Grant("ghost"); st != schedproto.Wait {
 		t.Errorf("ghost state %v, want wait", st)
 	}
 }

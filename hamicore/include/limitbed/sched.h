@@ -50,7 +50,9 @@ struct lb_sched_grant_entry {
     uint8_t uuid[16];           /*  0  the GPU's UUID as cuDeviceGetUuid returns it; zero = unused */
     uint32_t word;              /* 16  state and sequence (above); accessed atomically */
     uint32_t grant_id;          /* 20  RUN: the slice's id, nonzero; written before the word */
-    uint32_t reserved[10];      /* 24 */
+    uint32_t budget_us;         /* 24  RUN: the slice's length as granted, in µs (0: until revoked); the
+                                 *      library keeps less than a quarter of it queued */
+    uint32_t reserved[9];       /* 28 */
 };                              /* 64 */
 
 struct lb_sched_grant {

@@ -1,0 +1,173 @@
+package computebench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/schedproto"
+	"github.com/limitbed/limitbed/plugin/timeslice"
+)
+
+// Scheduled runs a SharedRunner's containers as a node with the compute scheduler runs them: as
+// Prepare it records each container as the device plugin does (its limits file and its grant
+// file naming its GPU), starts the node's scheduler (plugin/timeslice, in this process) for every
+// run's containers directory, and starts each process in a private mount namespace where the
+// container's directory is /usr/local/vgpu and its grant file is mounted read-only at the path
+// compiled into libvgpu.so (hamicore/test/privatens; needs root).
+type Scheduled struct {
+	Privatens string           // hamicore/test/privatens
+	Config    timeslice.Config // zero: timeslice.DefaultConfig()
+	Logger    klog.Logger
+
+	mu    sync.Mutex
+	nodes map[string]*schedNode // by containers directory
+	ctrs  map[string]bool       // containers recorded
+}
+
+type schedNode struct {
+	n      *timeslice.Node
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Prepare implements SharedRunner.Prepare.
+func (s *Scheduled) Prepare(ctx context.Context, c Container, dir string, cmd *exec.Cmd) error {
+	if c.Policy == "none" {
+		return nil // no library: nothing obeys a grant
+	}
+	containers := filepath.Dir(dir)
+	grants := filepath.Join(filepath.Dir(containers), "sched")
+	key := filepath.Base(dir)
+	grant := filepath.Join(grants, key+timeslice.GrantSuffix)
+	env := envMap(cmd.Env)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctrs == nil {
+		s.ctrs, s.nodes = map[string]bool{}, map[string]*schedNode{}
+	}
+	if !s.ctrs[grant] {
+		if err := s.record(c, containers, grants, key, env); err != nil {
+			return err
+		}
+		s.ctrs[grant] = true
+	}
+	if s.nodes[containers] == nil {
+		s.start(containers, grants)
+	}
+	state := env["FAKEGPU_STATE_DIR"]
+	args := []string{"--bind", dir, "--bind", state, "--mount", "/usr/local/vgpu=" + dir,
+		"--mount-ro", schedproto.ContainerGrantPath + "=" + grant, "--"}
+	cmd.Args = append(append([]string{s.Privatens}, args...), cmd.Args...)
+	cmd.Path = s.Privatens
+	return nil
+}
+
+// record writes what the device plugin writes at Allocate for the container.
+func (s *Scheduled) record(c Container, containers, grants, key string, env map[string]string) error {
+	vars := map[string]string{
+		"CUDA_DEVICE_SM_LIMIT": strconv.Itoa(c.Limit), "GPU_CORE_UTILIZATION_POLICY": c.Policy,
+		"CUDA_TASK_PRIORITY": strconv.Itoa(c.Priority), "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/usage.cache",
+	}
+	data, err := limitsfile.Render(vars)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	pub := limitsfile.Publisher{}
+	if err := pub.Publish(filepath.Join(containers, key+limitsfile.Suffix), data); err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	gpus, err := node.ReadProfile(filepath.Join(env["FAKEGPU_PROFILE_DIR"], env["FAKEGPU_PROFILE"]+".profile"))
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	if c.GPU < 0 || c.GPU >= len(gpus) {
+		return fmt.Errorf("container %s: GPU %d, the profile has %d", c.Name, c.GPU, len(gpus))
+	}
+	u, err := schedproto.ParseUUID(gpus[c.GPU].UUID)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	g, err := schedproto.GrantSpec{GPUs: []schedproto.UUID{u}}.Bytes()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(grants, 0o755); err != nil {
+		return err
+	}
+	return pub.Publish(filepath.Join(grants, key+timeslice.GrantSuffix), g)
+}
+
+func (s *Scheduled) start(containers, grants string) {
+	cfg := s.Config
+	if cfg.Period == 0 {
+		cfg = timeslice.DefaultConfig()
+	}
+	n := &timeslice.Node{GrantDir: grants, ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
+		Config: cfg, Logger: s.Logger}
+	ctx, cancel := context.WithCancel(context.Background())
+	sn := &schedNode{n: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { sn.done <- n.Run(ctx) }()
+	s.nodes[containers] = sn
+}
+
+// Stats returns every running node's scheduling figures, by containers directory.
+func (s *Scheduled) Stats() map[string]map[schedproto.UUID]timeslice.GPUReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[schedproto.UUID]timeslice.GPUReport{}
+	for dir, sn := range s.nodes {
+		out[dir] = sn.n.Stats()
+	}
+	return out
+}
+
+// Restart stops every node's scheduler and starts it again after pause (a scheduler restarting
+// mid-run, as a DaemonSet's pod does).
+func (s *Scheduled) Restart(pause func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for dir, sn := range s.nodes {
+		sn.cancel()
+		<-sn.done
+		delete(s.nodes, dir)
+		if pause != nil {
+			pause()
+		}
+		s.start(dir, sn.n.GrantDir)
+	}
+}
+
+// Close stops the schedulers.
+func (s *Scheduled) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for dir, sn := range s.nodes {
+		sn.cancel()
+		if e := <-sn.done; e != nil && err == nil {
+			err = e
+		}
+		delete(s.nodes, dir)
+	}
+	return err
+}
+
+func envMap(env []string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}

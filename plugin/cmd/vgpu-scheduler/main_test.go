@@ -68,7 +68,9 @@ func TestRunSchedulesAndStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"--hook-path=" + hook, "--metrics-address="}, func(string) string { return "" }) }()
+	go func() {
+		done <- run(ctx, []string{"--hook-path=" + hook, "--metrics-address="}, func(string) string { return "" })
+	}()
 	for end := time.Now().Add(10 * time.Second); state() != schedproto.Wait; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("entry %v after 10 s, want wait", state())

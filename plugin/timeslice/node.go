@@ -3,6 +3,7 @@ package timeslice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,6 +277,17 @@ func (n *Node) drop(c *ctr) {
 	delete(n.ctrs, c.key)
 }
 
+func (c *ctr) obsJoin(i int) string {
+	if c.report == nil {
+		return "no report"
+	}
+	e, err := c.report.Entry(i)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%+v want %d", e.Join, e.Want)
+}
+
 // bellGap is the least time between two waits on a draining container's bell: the container can
 // ring it at will, which must not make the loop spin.
 const bellGap = 200 * time.Microsecond
@@ -310,6 +322,7 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 			if st != m.written || ((st == schedproto.Run || st == schedproto.Free) && id != m.id) {
 				m.c.grant.Set(m.idx, st, id, budget)
 				m.written, m.id = st, id
+				n.Logger.V(5).Info("Grant", "gpu", l.g.UUID, "container", key, "state", st, "slice", id, "budget", budget)
 			}
 		}
 		if now.Sub(beat) >= Heartbeat {
@@ -319,6 +332,11 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 			beat = now
 		}
 		var bell func(time.Duration)
+		if key, ok := l.g.Draining(); ok && n.Logger.V(6).Enabled() {
+			if m := l.members[key]; m != nil {
+				n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
+			}
+		}
 		if key, ok := l.g.Draining(); ok {
 			if m := l.members[key]; m != nil && m.c.report != nil {
 				r, idx := m.c.report, m.idx

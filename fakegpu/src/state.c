@@ -154,9 +154,13 @@ int fg_state_lock(fg_state *st) {
         return -1;
     int rc = pthread_mutex_lock(&st->sh->mutex);
     if (rc == EOWNERDEAD) {
-        /* The owner died inside a critical section. The only numbers it can have left half
-         * updated are its own slot's, and reap() drops that slot because its lock is gone. */
+        /* The owner died inside a critical section. Of the memory accounting it can only have
+         * left its own slot's numbers half updated, and reap() drops that slot because its lock is
+         * gone. The engines' timeline it may have been advancing for everyone: their queues'
+         * bookkeeping is rebuilt from the queued kernels (a half-credited step stays half credited
+         * in the work records: at most one step's worth). */
         pthread_mutex_consistent(&st->sh->mutex);
+        fg_state_repair(st->sh);
         rc = 0;
     }
     if (rc != 0)

@@ -4,8 +4,9 @@
  * that loads fakegpu (containers share it through a bind mount).
  *
  * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
- * holding it hands it over as EOWNERDEAD; the next locker marks it consistent and the dead
- * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again).
+ * holding it hands it over as EOWNERDEAD; the next locker marks it consistent, the dead
+ * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again)
+ * and the engines' queue bookkeeping, which any locker updates, is rebuilt (fg_state_repair).
  *
  * Liveness: every process that uses memory owns a slot and holds a write lock on byte
  * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
@@ -180,6 +181,9 @@ void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **
 /* A dead slot's queues are dropped, its work records marked exited. */
 void fg_state_forget(fg_shared *sh, int slot);
 void fg_state_drop_queue(fg_shared *sh, int ci);
+/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
+ * count and running queue, made consistent with the kernels the queues hold. */
+void fg_state_repair(fg_shared *sh);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the

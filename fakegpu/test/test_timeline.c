@@ -261,6 +261,37 @@ static void records(void) {
     fg_state_detach(&a);
 }
 
+/* A process that dies holding the lock half-way through the engines' bookkeeping (here: the
+ * unit's count of queues with work zeroed) leaves nothing stuck: the next locker rebuilds it from
+ * the queued kernels, and the queued work runs. */
+static void repaired_after_a_dead_holder(void) {
+    fg_state a;
+    CHECK(open_state(&a, "repair.state", "") == 0);
+    const uint64_t t = 100 * S;
+    at(&a, t);
+    CHECK(fg_state_submit(&a, 0, 1 * MS, 1 * MS) == 0);
+    fg_state_unlock(&a);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fg_state c;
+        if (open_state(&c, "repair.state", "") != 0)
+            _exit(2);
+        at(&c, t);
+        c.sh->unit[0].active = 0;
+        c.sh->chan[0].queued = 12345;
+        _exit(0); /* still holding the lock */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    at(&a, t + 2 * MS);
+    const fg_acct *r = record_of(&a, getpid());
+    CHECK(r && r->w[0].kernels == 1 && r->w[0].busy_ns == 1 * MS);
+    CHECK(a.sh->unit[0].active == 0 && a.sh->chan[0].queued == 0);
+    fg_state_unlock(&a);
+    fg_state_detach(&a);
+}
+
 /* Every process of a GPU runs the same time slice: another length is refused. */
 static void one_timeslice(void) {
     char p[300], err[512];
@@ -279,5 +310,6 @@ void test_timeline(void) {
     three_queues();
     bounds();
     records();
+    repaired_after_a_dead_holder();
     one_timeslice();
 }

@@ -36,6 +36,15 @@ bad:
     return -1;
 }
 
+/* A state whose engines have run up to t (nothing queued yet). */
+static int open_at(fg_state *st, const char *name, const char *group, uint64_t t) {
+    if (open_state(st, name, group) != 0)
+        return -1;
+    at(st, t);
+    fg_state_unlock(st);
+    return 0;
+}
+
 typedef struct child {
     pid_t pid;
     int hold; /* closing it lets the child exit */
@@ -131,10 +140,8 @@ static void alone(void) {
  * each credited exactly what ran; a queue alone keeps the engine; NVML's intervals follow. */
 static void two_queues(void) {
     fg_state a;
-    CHECK(open_state(&a, "two.state", "mine") == 0);
     const uint64_t t = 100 * S;
-    at(&a, t);
-    fg_state_unlock(&a);
+    CHECK(open_at(&a, "two.state", "mine", t) == 0);
     child c = spawn("two.state", "theirs", t, 1, 10 * MS); /* one 10 ms kernel, queued first */
     CHECK(c.pid > 0);
     at(&a, t);
@@ -173,10 +180,8 @@ static void two_queues(void) {
 /* Round robin over three queues; a queue that runs dry gives the engine up at once. */
 static void three_queues(void) {
     fg_state a;
-    CHECK(open_state(&a, "three.state", "") == 0);
     const uint64_t t = 100 * S;
-    at(&a, t);
-    fg_state_unlock(&a);
+    CHECK(open_at(&a, "three.state", "", t) == 0);
     child b = spawn("three.state", "b", t, 1, 5 * MS), c = spawn("three.state", "c", t, 1, MS / 2);
     CHECK(b.pid > 0 && c.pid > 0);
     at(&a, t);
@@ -266,8 +271,8 @@ static void records(void) {
  * the queued kernels, and the queued work runs. */
 static void repaired_after_a_dead_holder(void) {
     fg_state a;
-    CHECK(open_state(&a, "repair.state", "") == 0);
     const uint64_t t = 100 * S;
+    CHECK(open_at(&a, "repair.state", "", t) == 0);
     at(&a, t);
     CHECK(fg_state_submit(&a, 0, 1 * MS, 1 * MS) == 0);
     fg_state_unlock(&a);

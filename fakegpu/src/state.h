@@ -152,7 +152,7 @@ void fg_state_detach(fg_state *st);
 int fg_state_engine(fg_state *st, uint64_t timeslice_ns, const char *group, char *err, size_t errlen);
 
 /* Locks the shared mutex, reclaims dead processes' slots (their queued work goes with them) and
- * brings every engine's timeline up to now. 0 or -1. */
+ * brings every engine with work up to now (an idle one has nothing to add). 0 or -1. */
 int fg_state_lock(fg_state *st);
 void fg_state_unlock(fg_state *st);
 
@@ -169,7 +169,11 @@ int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run, uint64_t nomi
 /* 0 when this process has nothing queued on the unit; else the earliest time (ns) its queue can
  * have run, whatever the other queues do (a lower bound: sleep until then and ask again). */
 uint64_t fg_state_drain_at(fg_state *st, unsigned unit);
-/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every unit). */
+/* The engines' clock (st->clock, else CLOCK_MONOTONIC), and the unit's simulated now: its timeline
+ * brought up to the clock (lock held). */
+uint64_t fg_state_clock(const fg_state *st);
+uint64_t fg_state_now(fg_state *st, unsigned unit);
+/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every busy unit). */
 void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
 
 /* Between state.c, timeline.c and account.c, with the lock held. */

@@ -166,6 +166,7 @@ void fg_state_repair(fg_shared *sh) {
 }
 
 int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run_ns, uint64_t nominal) {
+    fg_state_now(st, unit); /* the kernel arrives now, not when an idle engine was last brought up */
     int ci = fg_state_queue(st, unit, 1);
     if (ci < 0)
         return -1;

@@ -10,6 +10,15 @@ fi
 printf '\n=== compute limit on fakegpu: limitbed bench compute (uniform, shape mix, graph; force, disable, default)\n'
 make -s c OUT="$PWD/build"
 go run ./harness/cmd/limitbed bench compute --build "$PWD/build" --seconds "${BENCH_COMPUTE_SECONDS:-12}" --windows
+printf '\n=== shared GPUs on fakegpu: limitbed bench compute --scenario (N containers, judged by completed work)\n'
+# A run that judged containers out of bounds is a figure (the library held no shared GPU before the
+# per-GPU scheduler); a run that could not judge is a failure.
+for sc in force-30-50-mix force-8x8-gpus; do
+	if ! out=$(go run ./harness/cmd/limitbed bench compute --build "$PWD/build" --scenario "$sc" --tolerance 0.03 2>&1); then
+		grep -q 'OUT OF BOUNDS' <<<"$out" || { echo "$out"; exit 1; }
+	fi
+	echo "$out"
+done
 if [ -d plugin ]; then
 	printf '\n=== device plugin Allocate (Go benchmarks)\n'
 	go test -run '^$' -bench . -benchmem -count=1 ./plugin/...

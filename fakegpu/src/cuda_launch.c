@@ -137,7 +137,7 @@ CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
             return CUDA_ERROR_UNKNOWN;
         /* The bound is per queue, like a real GPU's per-channel launch queue: one process filling
          * its queue does not keep another's launches out. */
-        int64_t wait = fg_state_submit(&fg_cu.st, unit, powered_ns(unit, dur, fg_cu.st.sh->unit[unit].sim_at), dur);
+        int64_t wait = fg_state_submit(&fg_cu.st, unit, powered_ns(unit, dur, fg_state_now(&fg_cu.st, unit)), dur);
         if (wait == 0)
             fg_event_submitted(unit);
         fg_state_unlock(&fg_cu.st);

@@ -136,16 +136,19 @@ static int byte_lock(int fd, int cmd, short type, int slot, struct flock *fl) {
 
 static int mine(const fg_state *st, int i) { return i == st->slot && st->pid == getpid(); }
 
+/* A dead owner's slot is cleared outside the scan, which every lock runs over all slots. */
+static __attribute__((noinline)) void reap_slot(fg_state *st, int i) {
+    memset(&st->sh->slot[i], 0, sizeof st->sh->slot[i]); /* its owner is gone: so is its memory */
+    fg_state_forget(st->sh, i);                           /* and its queued work */
+}
+
 static void reap(fg_state *st) {
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
-        fg_slot *s = &st->sh->slot[i];
-        if (!s->in_use || mine(st, i))
+        if (!st->sh->slot[i].in_use || mine(st, i))
             continue;
         struct flock fl;
-        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK) {
-            memset(s, 0, sizeof *s); /* its owner is gone: so is its memory, and its queued work */
-            fg_state_forget(st->sh, i);
-        }
+        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK)
+            reap_slot(st, i);
     }
 }
 
@@ -154,9 +157,13 @@ int fg_state_lock(fg_state *st) {
         return -1;
     int rc = pthread_mutex_lock(&st->sh->mutex);
     if (rc == EOWNERDEAD) {
-        /* The owner died inside a critical section. The only numbers it can have left half
-         * updated are its own slot's, and reap() drops that slot because its lock is gone. */
+        /* The owner died inside a critical section. Of the memory accounting it can only have
+         * left its own slot's numbers half updated, and reap() drops that slot because its lock is
+         * gone. The engines' timeline it may have been advancing for everyone: their queues'
+         * bookkeeping is rebuilt from the queued kernels (a half-credited step stays half credited
+         * in the work records: at most one step's worth). */
         pthread_mutex_consistent(&st->sh->mutex);
+        fg_state_repair(st->sh);
         rc = 0;
     }
     if (rc != 0)
@@ -164,11 +171,27 @@ int fg_state_lock(fg_state *st) {
     if (st->slot >= 0 && st->pid != getpid())
         fg_state_after_fork(st); /* forked without our atfork handler (raw clone) */
     reap(st);
-    /* Dead processes' work is gone first (their queues die with them), then the engines catch up. */
-    uint64_t now = st->clock ? st->clock() : fg_now_ns();
-    for (unsigned u = 0; u < st->sh->nunits && u < FG_MAX_UNITS; u++)
-        fg_state_advance(st->sh, u, now);
+    /* Dead processes' work is gone first (their queues die with them), then the engines with work
+     * catch up. An idle engine's timeline has nothing to add (its busy intervals are all there),
+     * so the clock is read only when some engine has work: a memory call pays nothing for it. */
+    unsigned n = st->sh->nunits < FG_MAX_UNITS ? st->sh->nunits : FG_MAX_UNITS, busy = 0;
+    for (unsigned u = 0; u < n; u++)
+        busy |= st->sh->unit[u].active;
+    if (busy) {
+        uint64_t now = fg_state_clock(st);
+        for (unsigned u = 0; u < n; u++)
+            fg_state_advance(st->sh, u, now);
+    }
     return 0;
+}
+
+uint64_t fg_state_clock(const fg_state *st) { return st->clock ? st->clock() : fg_now_ns(); }
+
+uint64_t fg_state_now(fg_state *st, unsigned unit) {
+    fg_unit *u = &st->sh->unit[unit];
+    if (!u->active) /* an idle engine is not brought up to now by the lock */
+        fg_state_advance(st->sh, unit, fg_state_clock(st));
+    return u->sim_at;
 }
 
 void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }

@@ -4,8 +4,9 @@
  * that loads fakegpu (containers share it through a bind mount).
  *
  * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
- * holding it hands it over as EOWNERDEAD; the next locker marks it consistent and the dead
- * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again).
+ * holding it hands it over as EOWNERDEAD; the next locker marks it consistent, the dead
+ * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again)
+ * and the engines' queue bookkeeping, which any locker updates, is rebuilt (fg_state_repair).
  *
  * Liveness: every process that uses memory owns a slot and holds a write lock on byte
  * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
@@ -151,7 +152,7 @@ void fg_state_detach(fg_state *st);
 int fg_state_engine(fg_state *st, uint64_t timeslice_ns, const char *group, char *err, size_t errlen);
 
 /* Locks the shared mutex, reclaims dead processes' slots (their queued work goes with them) and
- * brings every engine's timeline up to now. 0 or -1. */
+ * brings every engine with work up to now (an idle one has nothing to add). 0 or -1. */
 int fg_state_lock(fg_state *st);
 void fg_state_unlock(fg_state *st);
 
@@ -168,7 +169,11 @@ int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run, uint64_t nomi
 /* 0 when this process has nothing queued on the unit; else the earliest time (ns) its queue can
  * have run, whatever the other queues do (a lower bound: sleep until then and ask again). */
 uint64_t fg_state_drain_at(fg_state *st, unsigned unit);
-/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every unit). */
+/* The engines' clock (st->clock, else CLOCK_MONOTONIC), and the unit's simulated now: its timeline
+ * brought up to the clock (lock held). */
+uint64_t fg_state_clock(const fg_state *st);
+uint64_t fg_state_now(fg_state *st, unsigned unit);
+/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every busy unit). */
 void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
 
 /* Between state.c, timeline.c and account.c, with the lock held. */
@@ -180,6 +185,9 @@ void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **
 /* A dead slot's queues are dropped, its work records marked exited. */
 void fg_state_forget(fg_shared *sh, int slot);
 void fg_state_drop_queue(fg_shared *sh, int ci);
+/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
+ * count and running queue, made consistent with the kernels the queues hold. */
+void fg_state_repair(fg_shared *sh);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the

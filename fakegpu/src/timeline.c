@@ -140,7 +140,33 @@ void fg_state_drop_queue(fg_shared *sh, int ci) {
     c->in_use = 0, c->count = 0, c->queued = 0;
 }
 
+void fg_state_repair(fg_shared *sh) {
+    for (unsigned u = 0; u < FG_MAX_UNITS; u++) {
+        sh->unit[u].active = 0;
+        if (sh->unit[u].cur < -1 || sh->unit[u].cur >= FG_MAX_CHANNELS)
+            sh->unit[u].cur = -1;
+    }
+    for (int i = 0; i < FG_MAX_CHANNELS; i++) {
+        fg_chan *c = &sh->chan[i];
+        if (!c->in_use)
+            continue;
+        if (c->unit >= FG_MAX_UNITS || c->count > FG_CHAN_DEPTH || c->head >= FG_CHAN_DEPTH) {
+            c->in_use = 0, c->count = 0, c->queued = 0; /* nothing in it can be trusted: dropped */
+            continue;
+        }
+        uint64_t q = 0;
+        for (uint32_t k = 0; k < c->count; k++) {
+            uint64_t left = c->k[(c->head + k) % FG_CHAN_DEPTH].left;
+            q = q > UINT64_MAX - left ? UINT64_MAX : q + left;
+        }
+        c->queued = q;
+        if (c->count)
+            sh->unit[c->unit].active++;
+    }
+}
+
 int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run_ns, uint64_t nominal) {
+    fg_state_now(st, unit); /* the kernel arrives now, not when an idle engine was last brought up */
     int ci = fg_state_queue(st, unit, 1);
     if (ci < 0)
         return -1;

@@ -36,6 +36,15 @@ bad:
     return -1;
 }
 
+/* A state whose engines have run up to t (nothing queued yet). */
+static int open_at(fg_state *st, const char *name, const char *group, uint64_t t) {
+    if (open_state(st, name, group) != 0)
+        return -1;
+    at(st, t);
+    fg_state_unlock(st);
+    return 0;
+}
+
 typedef struct child {
     pid_t pid;
     int hold; /* closing it lets the child exit */
@@ -131,10 +140,8 @@ static void alone(void) {
  * each credited exactly what ran; a queue alone keeps the engine; NVML's intervals follow. */
 static void two_queues(void) {
     fg_state a;
-    CHECK(open_state(&a, "two.state", "mine") == 0);
     const uint64_t t = 100 * S;
-    at(&a, t);
-    fg_state_unlock(&a);
+    CHECK(open_at(&a, "two.state", "mine", t) == 0);
     child c = spawn("two.state", "theirs", t, 1, 10 * MS); /* one 10 ms kernel, queued first */
     CHECK(c.pid > 0);
     at(&a, t);
@@ -173,10 +180,8 @@ static void two_queues(void) {
 /* Round robin over three queues; a queue that runs dry gives the engine up at once. */
 static void three_queues(void) {
     fg_state a;
-    CHECK(open_state(&a, "three.state", "") == 0);
     const uint64_t t = 100 * S;
-    at(&a, t);
-    fg_state_unlock(&a);
+    CHECK(open_at(&a, "three.state", "", t) == 0);
     child b = spawn("three.state", "b", t, 1, 5 * MS), c = spawn("three.state", "c", t, 1, MS / 2);
     CHECK(b.pid > 0 && c.pid > 0);
     at(&a, t);
@@ -261,6 +266,37 @@ static void records(void) {
     fg_state_detach(&a);
 }
 
+/* A process that dies holding the lock half-way through the engines' bookkeeping (here: the
+ * unit's count of queues with work zeroed) leaves nothing stuck: the next locker rebuilds it from
+ * the queued kernels, and the queued work runs. */
+static void repaired_after_a_dead_holder(void) {
+    fg_state a;
+    const uint64_t t = 100 * S;
+    CHECK(open_at(&a, "repair.state", "", t) == 0);
+    at(&a, t);
+    CHECK(fg_state_submit(&a, 0, 1 * MS, 1 * MS) == 0);
+    fg_state_unlock(&a);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fg_state c;
+        if (open_state(&c, "repair.state", "") != 0)
+            _exit(2);
+        at(&c, t);
+        c.sh->unit[0].active = 0;
+        c.sh->chan[0].queued = 12345;
+        _exit(0); /* still holding the lock */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    at(&a, t + 2 * MS);
+    const fg_acct *r = record_of(&a, getpid());
+    CHECK(r && r->w[0].kernels == 1 && r->w[0].busy_ns == 1 * MS);
+    CHECK(a.sh->unit[0].active == 0 && a.sh->chan[0].queued == 0);
+    fg_state_unlock(&a);
+    fg_state_detach(&a);
+}
+
 /* Every process of a GPU runs the same time slice: another length is refused. */
 static void one_timeslice(void) {
     char p[300], err[512];
@@ -279,5 +315,6 @@ void test_timeline(void) {
     three_queues();
     bounds();
     records();
+    repaired_after_a_dead_holder();
     one_timeslice();
 }

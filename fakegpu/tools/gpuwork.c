@@ -32,9 +32,11 @@ static int unit_gpu[FG_MAX_UNITS], unit_mig[FG_MAX_UNITS];
 static int take(fg_state *st) {
     if (fg_state_lock(st) != 0)
         return -1;
-    const fg_shared *sh = st->sh;
+    fg_shared *sh = st->sh;
     snap.nunits = sh->nunits < FG_MAX_UNITS ? sh->nunits : FG_MAX_UNITS;
-    snap.now = sh->unit[0].sim_at;
+    snap.now = fg_state_clock(st); /* every engine brought up to one time: the snapshot's */
+    for (unsigned u = 0; u < snap.nunits; u++)
+        fg_state_advance(sh, u, snap.now);
     snap.timeslice = sh->timeslice_ns ? sh->timeslice_ns : FG_TIMESLICE_DEFAULT_NS;
     snap.recycled = sh->accts_recycled, snap.unrecorded = sh->accts_missing, snap.groups_unrecorded = sh->groups_missing;
     for (unsigned u = 0; u < snap.nunits; u++)

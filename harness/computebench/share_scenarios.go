@@ -66,12 +66,10 @@ func Scenarios() map[string]Scenario {
 	add(one("default-30-alone", Container{Name: "alone", Policy: "default", Limit: 30, Workload: "mix", Min: 0.95}))
 	add(one("default-30-50", Container{Name: "c30", Policy: "default", Limit: 30, Workload: "mix", Want: 0.30},
 		Container{Name: "c50", Policy: "default", Limit: 50, Workload: "mix", Want: 0.50}))
+	// Unequal limits summing to 100 %: a fair time slice each (1/16, 1/8) is far from most of them,
+	// so only a limiter that gives each its own share passes.
 	sixteen := one("force-16-sum-100")
-	for i := 0; i < 16; i++ {
-		l := 6
-		if i >= 12 {
-			l = 7
-		}
+	for i, l := range []int{1, 1, 1, 1, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12} {
 		sixteen.Containers = append(sixteen.Containers, Container{Name: fmt.Sprintf("c%02d-%d", i, l), Policy: "force",
 			Limit: l, Workload: "uniform", KernelUS: 1000, Burst: 4, Procs: 1})
 	}
@@ -79,11 +77,7 @@ func Scenarios() map[string]Scenario {
 	eight := one("force-8x8-gpus")
 	eight.Profile = "8x-h100-80g"
 	for g := 0; g < 8; g++ {
-		for i := 0; i < 8; i++ {
-			l := 12
-			if i >= 4 {
-				l = 13
-			}
+		for i, l := range []int{2, 4, 6, 8, 12, 16, 22, 30} {
 			eight.Containers = append(eight.Containers, Container{Name: fmt.Sprintf("g%dc%d-%d", g, i, l), GPU: g,
 				Policy: "force", Limit: l, Workload: "uniform", KernelUS: 1000, Burst: 4, Procs: 1})
 		}

@@ -129,3 +129,31 @@ func TestMatrixScriptWithoutEngine(t *testing.T) {
 		}
 	}
 }
+
+// bench compute's shared-GPU flags refuse what they cannot run, with exit 2 and the fix named,
+// before anything is built or started; --scenario list names every scenario.
+func TestBenchSharedFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--container", "limit=30", "--real"}, "fakegpu only"},
+		{[]string{"--container", "limit=300"}, "limit=300"},
+		{[]string{"--container", "colour=blue"}, "unknown key"},
+		{[]string{"--scenario", "nope"}, "force-30-50-mix"},
+		{[]string{"--scenario", "force-30-50-mix", "--container", "limit=30"}, "give one"},
+		{[]string{"--container", "limit=30", "--env", "NOVALUE"}, "KEY=VALUE"},
+		{[]string{"--container", "limit=30,start=5s", "--seconds", "6"}, "needs 3 s more"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"bench", "compute"}, c.args...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("bench compute %v: exit %d, stderr %q; want exit 2 naming %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "compute", "--scenario", "list"}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "force-16-sum-100") || !strings.Contains(out.String(), "force-8x8-gpus") {
+		t.Errorf("--scenario list: exit %d, %q", code, out.String())
+	}
+}

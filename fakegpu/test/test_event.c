@@ -60,7 +60,7 @@ void test_event(void) {
     CHECK(create(NULL, 0) == CUDA_ERROR_INVALID_VALUE && create(&e, 0x80) == CUDA_ERROR_INVALID_VALUE);
     CHECK(create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS && create(&e2, 0) == CUDA_SUCCESS);
     CHECK(query(e) == CUDA_SUCCESS); /* never recorded: complete */
-    unsigned long long ns = 10000000ULL, longer = 2000000000ULL; /* 10 ms, 2 s */
+    unsigned long long ns = 100000000ULL, longer = 1000000000ULL; /* 100 ms, 1 s: robust to a loaded machine */
     void *params[] = {&ns}, *lparams[] = {&longer};
     for (int i = 0; i < 3; i++)
         CHECK(launch(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) == CUDA_SUCCESS);
@@ -68,7 +68,7 @@ void test_event(void) {
     CHECK(launch(spin, 1, 1, 1, 1, 1, 1, 0, NULL, lparams, NULL) == CUDA_SUCCESS);
     CHECK(record(e2, NULL) == CUDA_SUCCESS);
     CHECK(query(e) == CUDA_ERROR_NOT_READY && query(e2) == CUDA_ERROR_NOT_READY);
-    sleep_ms(200); /* the three kernels before e have run, the fourth has not */
+    sleep_ms(600); /* the three kernels before e have run, the fourth has not */
     CHECK_MSG(query(e) == CUDA_SUCCESS, "e after its kernels: %d", (int)query(e));
     CHECK_MSG(query(e2) == CUDA_ERROR_NOT_READY, "e2 before its kernel: %d", (int)query(e2));
     CHECK(esync(e2) == CUDA_SUCCESS && query(e2) == CUDA_SUCCESS);

@@ -166,10 +166,13 @@ void fg_state_repair(fg_shared *sh) {
 }
 
 int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run_ns, uint64_t nominal) {
-    fg_state_now(st, unit); /* the kernel arrives now, not when an idle engine was last brought up */
     int ci = fg_state_queue(st, unit, 1);
     if (ci < 0)
         return -1;
+    /* The kernel arrives now: not when an idle engine was last brought up, nor before this
+     * process's queue and records were made (the first submit of a process takes milliseconds
+     * there, which its first kernels would otherwise have run in, in the past). */
+    fg_state_advance(st->sh, unit, fg_state_clock(st));
     fg_chan *c = &st->sh->chan[ci];
     if (c->count == FG_CHAN_DEPTH) {
         uint64_t head = c->k[c->head].left;

@@ -1,6 +1,6 @@
 /* The queued-work bound (markers.h). Batches are sized so one takes about LB_MK_BATCH_NS of GPU
  * time: the time between two markers' completions over the launches between them (when the GPU
- * was idle before a batch, from its record instead). A kernel longer than the bound gets one
+ * was idle before a batch, from its record instead), smoothed. A kernel longer than the bound gets one
  * batch of one launch in flight: the next waits for it (the GPU idles only for a launch's
  * latency between two such kernels). */
 #include "markers.h"
@@ -15,7 +15,7 @@ void lb_mk_reset(struct lb_markers *m)
 
 int64_t lb_mk_bound(uint32_t budget_us)
 {
-    int64_t b = (int64_t)budget_us * 1000 / 4;
+    int64_t b = (int64_t)budget_us * 1000 / 2;
     if (!budget_us || b > LB_MK_QUEUE_MAX_NS)
         return LB_MK_QUEUE_MAX_NS;
     return b < LB_MK_QUEUE_MIN_NS ? LB_MK_QUEUE_MIN_NS : b;

@@ -1,6 +1,6 @@
 /* The bound on a process's launched-but-unfinished work while it holds a slice (markers.c): an
  * event ("marker") is recorded after every batch of launches; a launch waits while the batches
- * still queued would take more than the bound (a quarter of the slice, 1..8 ms). So a revoked
+ * still queued would take more than the bound (half the slice, 4..16 ms). So a revoked
  * slice drains in a few ms, not in the up to a second of work a driver's launch queue holds.
  * Pure: the gate (gate.c) polls the events and passes in what they said and when. */
 #ifndef LB_MARKERS_H
@@ -8,10 +8,10 @@
 
 #include <stdint.h>
 
-#define LB_MK_RING 4                  /* markers in flight at most */
+#define LB_MK_RING 8                  /* markers in flight at most */
 #define LB_MK_BATCH_NS 1000000LL      /* a batch: about this much GPU work ... */
-#define LB_MK_QUEUE_MIN_NS 2000000LL  /* ... and the queue bound: at least this ... */
-#define LB_MK_QUEUE_MAX_NS 8000000LL  /* ... at most this (a slice without a planned end) */
+#define LB_MK_QUEUE_MIN_NS 4000000LL  /* ... and the queue bound: at least this ... */
+#define LB_MK_QUEUE_MAX_NS 16000000LL /* ... at most this (a slice without a planned end) */
 #define LB_MK_BATCH_MAX 4096
 
 struct lb_marker {

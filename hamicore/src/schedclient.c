@@ -151,12 +151,20 @@ uint64_t lb_join_drain(uint64_t j, uint32_t g)
 
 static _Atomic uint64_t *join_of(int e) { return (_Atomic uint64_t *)&lb_report->gpu[e].join; }
 
+static void ring(int e)
+{
+    _Atomic uint32_t *bell = (_Atomic uint32_t *)&lb_report->gpu[e].bell;
+    atomic_fetch_add(bell, 1);
+    lb_futex_wake(bell);
+}
+
 void lb_sched_join(int e, uint32_t g)
 {
     _Atomic uint64_t *w = join_of(e);
     uint64_t j = atomic_load(w);
     while (!atomic_compare_exchange_weak(w, &j, lb_join_add(j, g)))
         ;
+    ring(e); /* the slice is charged from its first launch */
 }
 
 void lb_sched_drained(int e, uint32_t g)
@@ -165,9 +173,7 @@ void lb_sched_drained(int e, uint32_t g)
     uint64_t j = atomic_load(w);
     while (!atomic_compare_exchange_weak(w, &j, lb_join_drain(j, g)))
         ;
-    _Atomic uint32_t *bell = (_Atomic uint32_t *)&lb_report->gpu[e].bell;
-    atomic_fetch_add(bell, 1);
-    lb_futex_wake(bell);
+    ring(e);
 }
 
 void lb_sched_want(int e) { atomic_fetch_add_explicit((_Atomic uint32_t *)&lb_report->gpu[e].want, 1, memory_order_relaxed); }

@@ -40,9 +40,11 @@ static inline uint32_t lb_sched_grant_id(int e)
 uint64_t lb_join_add(uint64_t j, uint32_t g);
 uint64_t lb_join_drain(uint64_t j, uint32_t g);
 
-/* Report words of entry e (shared by every process of the container). */
+/* Report words of entry e (shared by every process of the container). A join and a drain also
+ * ring the bell: the scheduler sleeps on it while it waits for the holder's first launch (the
+ * slice is charged from then) and for its drain. */
 void lb_sched_join(int e, uint32_t g);
-void lb_sched_drained(int e, uint32_t g); /* also rings the bell: the scheduler sleeps on it */
+void lb_sched_drained(int e, uint32_t g);
 void lb_sched_want(int e);
 void lb_sched_active(int e, uint32_t seq);
 

@@ -20,6 +20,11 @@ type Config struct {
 	DrainWait time.Duration
 	// JoinTimeout: a slice none of whose processes started launching in this long ends.
 	JoinTimeout time.Duration
+	// JoinGrace: a slice is charged from its first launch (its processes report it, ringing
+	// the bell), at most this long after it was granted: a container is not charged the time
+	// its launchers take to wake, and one that delays its launches holds the GPU uncharged for
+	// no longer than this.
+	JoinGrace time.Duration
 	// PendingHold: a container has pending work while its report's want changed this recently
 	// (a waiting launcher bumps it every 10 ms).
 	PendingHold time.Duration
@@ -37,6 +42,7 @@ func DefaultConfig() Config {
 		Tick:        2 * time.Millisecond,
 		DrainWait:   10 * time.Millisecond,
 		JoinTimeout: 50 * time.Millisecond,
+		JoinGrace:   2 * time.Millisecond,
 		PendingHold: 50 * time.Millisecond,
 		ActiveHold:  500 * time.Millisecond,
 		OverlapMax:  10 * time.Second,
@@ -103,6 +109,7 @@ type GPU struct {
 	start  time.Time     // the holder's slice started
 	budget time.Duration // the holder's credit when it started: the slice's length, drain included
 	spent  time.Duration // charged to the holder since
+	from   time.Time     // the holder is charged from then: its first launch, at most JoinGrace after start
 	over   []*seat       // revoked slices still draining beside the next one
 	nextID uint32
 	last   time.Time
@@ -208,6 +215,23 @@ func (g *GPU) Grant(key string) (schedproto.State, uint32, time.Duration) {
 	return s.state, s.grant, d
 }
 
+// Holder names the container holding the GPU, the slice and when it started.
+func (g *GPU) Holder() (key string, grant uint32, since time.Time, ok bool) {
+	if g.holder == nil || g.phase != phaseGranted {
+		return "", 0, time.Time{}, false
+	}
+	return g.holder.id.Key, g.holder.grant, g.start, true
+}
+
+// Joining names the holder whose processes have not started launching in its slice yet: the node
+// loop sleeps on its report's bell, which the first launch rings, to charge the slice from then.
+func (g *GPU) Joining() (string, bool) {
+	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant != h.grant {
+		return h.id.Key, true
+	}
+	return "", false
+}
+
 // Draining names the container whose revoked slice the next one waits for, if any: the node
 // loop sleeps on its report's bell instead of a tick.
 func (g *GPU) Draining() (string, bool) {
@@ -271,6 +295,9 @@ func (g *GPU) Step(now time.Time) time.Time {
 	g.last = now
 
 	sum := g.decideModes(now)
+	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant == h.grant && now.Before(g.from) {
+		g.from = now // its first launch: charged from here
+	}
 	g.account(dt, sum, now)
 	g.judgeHolder(now, sum)
 	g.judgeOverlaps(now)
@@ -361,9 +388,13 @@ func (g *GPU) account(dt time.Duration, sum int, now time.Time) {
 			o.lent[h] += (dt - dt/n) / time.Duration(len(g.over))
 		}
 	}
-	if g.holder != nil {
-		g.charge(g.holder, dt)
-		g.spent += dt
+	if h := g.holder; h != nil {
+		c := dt
+		if g.phase == phaseGranted {
+			c = max(now.Sub(maxTime(now.Add(-dt), g.from)), 0)
+		}
+		g.charge(h, c)
+		g.spent += c
 	}
 	owed := false
 	for _, s := range g.seats {
@@ -389,6 +420,13 @@ func (g *GPU) account(dt time.Duration, sum int, now time.Time) {
 	if n == 0 && owed {
 		g.stats.Idle += dt
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (g *GPU) charge(s *seat, d time.Duration) {
@@ -542,7 +580,7 @@ func (g *GPU) pick(now time.Time, sum int) {
 	}
 	s.state, s.grant = schedproto.Run, g.nextID
 	s.lastRun, g.start = now, now
-	g.budget, g.spent = max(s.credit+s.bonus, 0), 0
+	g.budget, g.spent, g.from = max(s.credit+s.bonus, 0), 0, now.Add(g.cfg.JoinGrace)
 	g.holder, g.phase = s, phaseGranted
 	s.stats.Slices++
 	g.stats.Switches++
@@ -582,7 +620,7 @@ func (g *GPU) next(now time.Time) time.Time {
 	t := now.Add(g.cfg.Tick)
 	if h := g.holder; h != nil && g.phase == phaseGranted && h.mode == modeLimited {
 		n := 1 + len(g.over)
-		if end := now.Add((g.budget - h.drain - g.spent) * time.Duration(n)); end.Before(t) {
+		if end := maxTime(now, g.from).Add((g.budget - h.drain - g.spent) * time.Duration(n)); end.Before(t) {
 			t = end
 		}
 	}

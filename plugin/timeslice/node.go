@@ -63,6 +63,7 @@ type gpuLoop struct {
 	mu      sync.Mutex
 	g       *GPU
 	members map[string]*member
+	joined  uint32 // the last slice whose join was logged (-v=6)
 }
 
 func (n *Node) now() time.Time {
@@ -331,13 +332,25 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 			}
 			beat = now
 		}
+		if key, g, since, ok := l.g.Holder(); ok && n.Logger.V(6).Enabled() {
+			if m := l.members[key]; m != nil && m.c.report != nil {
+				if e, err := m.c.report.Entry(m.idx); err == nil && e.Join.Grant == g && g != l.joined {
+					l.joined = g
+					n.Logger.V(6).Info("Joined", "container", key, "after", now.Sub(since))
+				}
+			}
+		}
 		var bell func(time.Duration)
 		if key, ok := l.g.Draining(); ok && n.Logger.V(6).Enabled() {
 			if m := l.members[key]; m != nil {
 				n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
 			}
 		}
-		if key, ok := l.g.Draining(); ok {
+		key, ok := l.g.Draining()
+		if !ok {
+			key, ok = l.g.Joining()
+		}
+		if ok {
 			if m := l.members[key]; m != nil && m.c.report != nil {
 				r, idx := m.c.report, m.idx
 				if e, err := r.Entry(idx); err == nil {

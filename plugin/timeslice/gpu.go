@@ -85,6 +85,7 @@ type seat struct {
 	waitFrom time.Time // owed a slice (pending, credit > 0) and waiting since; zero when not
 	lastRun  time.Time // its last slice started (round robin of unthrottled containers)
 	revoked  time.Time // its last slice was revoked (draining, overlapping)
+	seated   time.Time // first seen by a step
 	// While its revoked slice drains beside others' slices: what they were charged for the
 	// overlap beyond their half, given back when the drain is reported complete.
 	lent  map[*seat]time.Duration
@@ -285,6 +286,11 @@ func (g *GPU) quantum(s *seat, sum int) time.Duration {
 	return time.Duration(share(s, sum) * float64(g.cfg.Period))
 }
 
+// WarmUp is how long a container is on a GPU before its waits count (MaxWait): until its first
+// drains are measured, its slices do not end early by them, and the first slices of containers
+// that start together queue behind each other (as the limit is specified after 2 s).
+const WarmUp = 2 * time.Second
+
 // Step advances the GPU to now: charges and credits the time since the last step, decides every
 // container's mode, ends, drains and starts slices. It returns when it wants the next step.
 func (g *GPU) Step(now time.Time) time.Time {
@@ -293,6 +299,11 @@ func (g *GPU) Step(now time.Time) time.Time {
 	}
 	dt := max(now.Sub(g.last), 0)
 	g.last = now
+	for _, s := range g.seats {
+		if s.seated.IsZero() {
+			s.seated = now
+		}
+	}
 
 	sum := g.decideModes(now)
 	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant == h.grant && now.Before(g.from) {
@@ -585,7 +596,9 @@ func (g *GPU) pick(now time.Time, sum int) {
 	s.stats.Slices++
 	g.stats.Switches++
 	if !s.waitFrom.IsZero() {
-		s.stats.MaxWait = max(s.stats.MaxWait, now.Sub(s.waitFrom))
+		if now.Sub(s.seated) >= WarmUp {
+			s.stats.MaxWait = max(s.stats.MaxWait, now.Sub(s.waitFrom))
+		}
 		s.waitFrom = time.Time{}
 	}
 }

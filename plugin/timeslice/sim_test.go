@@ -405,9 +405,7 @@ func TestNoStarvation(t *testing.T) {
 			s := newSim(t, cfg)
 			c := s.add("small", 10, PolicyForce, 5, workload{kernel: time.Millisecond})
 			tc.add(s)
-			s.run(2 * time.Second)
-			s.g.ResetStats()
-			s.run(10 * time.Second)
+			s.run(12 * time.Second)
 			_, st := s.g.Stats()
 			if w := st["small"].MaxWait; w > cfg.Period {
 				t.Errorf("waited %v for a slice it was owed, want <= %v", w, cfg.Period)

@@ -128,9 +128,9 @@ func TestSchedulerSixteen(t *testing.T) {
 }
 
 // No container that is owed a slice waits longer than a period for it, whatever its neighbours
-// do: a 10 % container of the lowest priority beside one running 1 s kernels, one that never
-// reports its drain (its library is not loaded: it launches what it likes) and higher-priority
-// ones (the scheduler's record of every wait after a container's first 2 s).
+// do: a 10 % container of the lowest priority beside one running 1 s kernels, beside one without
+// the library (it launches what it likes: the GPU time-slices it with the holder) and beside
+// higher-priority ones (the scheduler's record of every wait after a container's first 2 s).
 func TestSchedulerNoStarvation(t *testing.T) {
 	t.Parallel()
 	r, s := scheduled(t)
@@ -140,7 +140,9 @@ func TestSchedulerNoStarvation(t *testing.T) {
 		scenario("beside-higher", computebench.Container{Name: "small", Policy: "force", Limit: 10, Priority: 9},
 			computebench.Container{Name: "h1", Policy: "force", Limit: 30, Priority: 0},
 			computebench.Container{Name: "h2", Policy: "force", Limit: 30, Priority: 0},
-			computebench.Container{Name: "h3", Policy: "default", Limit: 10, Priority: 0}))
+			computebench.Container{Name: "h3", Policy: "default", Limit: 10, Priority: 0}),
+		scenario("beside-rogue", computebench.Container{Name: "small", Policy: "force", Limit: 10, Priority: 9},
+			computebench.Container{Name: "rogue", Policy: "none"}))
 	res := sharetest.Run(t, r, sc, sharetest.Tolerance)
 	period := timeslice.DefaultConfig().Period
 	for _, g := range s.Stats() {

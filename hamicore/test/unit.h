@@ -35,4 +35,5 @@ void unit_fail(const char *file, int line, const char *fmt, ...) __attribute__((
 extern const struct unit_test unit_limits_tests[];
 extern const struct unit_test unit_region_tests[];
 extern const struct unit_test unit_procaddr_tests[];
+extern const struct unit_test unit_sched_tests[];
 #endif

@@ -160,7 +160,7 @@ func TestSchedulerNoStarvation(t *testing.T) {
 	for _, c := range res.Containers {
 		if strings.HasSuffix(c.Name, "small") {
 			for i, w := range c.Windows[2:] {
-				if w < 0.05 {
+				if w < 0.02 {
 					t.Errorf("%s: second %d did %.3f of its rate: starved", c.Name, i+2, w)
 				}
 			}

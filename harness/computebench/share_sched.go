@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -28,14 +30,21 @@ type Scheduled struct {
 	Privatens string           // hamicore/test/privatens
 	Config    timeslice.Config // zero: timeslice.DefaultConfig()
 	Logger    klog.Logger
+	// Binary, when set, is vgpu-scheduler: it runs as a process of its own per node (its CPU time
+	// is then measured: CPU) instead of in this one.
+	Binary string
 
 	mu    sync.Mutex
 	nodes map[string]*schedNode // by containers directory
 	ctrs  map[string]bool       // containers recorded
+	cpu   time.Duration
 }
 
 type schedNode struct {
-	n      *timeslice.Node
+	n      *timeslice.Node // in process
+	grants string
+	cmd    *exec.Cmd // or the binary
+	hook   string
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -112,12 +121,51 @@ func (s *Scheduled) start(containers, grants string) {
 	if cfg.Period == 0 {
 		cfg = timeslice.DefaultConfig()
 	}
-	n := &timeslice.Node{GrantDir: grants, ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
-		Config: cfg, Logger: s.Logger}
 	ctx, cancel := context.WithCancel(context.Background())
-	sn := &schedNode{n: n, cancel: cancel, done: make(chan error, 1)}
-	go func() { sn.done <- n.Run(ctx) }()
+	sn := &schedNode{grants: grants, cancel: cancel, done: make(chan error, 1)}
 	s.nodes[containers] = sn
+	if s.Binary != "" {
+		// The binary finds <hook-path>/vgpu/{containers,sched}: the run's directory, by a link.
+		hook, err := os.MkdirTemp("", "limitbed-sched-hook-")
+		if err == nil {
+			err = os.Symlink(filepath.Dir(containers), filepath.Join(hook, "vgpu"))
+		}
+		if err != nil {
+			sn.done <- fmt.Errorf("scheduler hook path: %w", err)
+			return
+		}
+		sn.hook = hook
+		sn.cmd = exec.Command(s.Binary, "--hook-path="+hook, "--metrics-address=", "--period="+cfg.Period.String(),
+			"--drain-wait="+cfg.DrainWait.String())
+		sn.cmd.Stderr = os.Stderr
+		if err := sn.cmd.Start(); err != nil {
+			sn.done <- fmt.Errorf("start %s: %w", s.Binary, err)
+			return
+		}
+		go func() {
+			<-ctx.Done()
+			_ = sn.cmd.Process.Signal(syscall.SIGTERM)
+			err := sn.cmd.Wait()
+			s.mu.Lock()
+			if ps := sn.cmd.ProcessState; ps != nil {
+				s.cpu += ps.UserTime() + ps.SystemTime()
+			}
+			s.mu.Unlock()
+			_ = os.RemoveAll(hook)
+			sn.done <- err
+		}()
+		return
+	}
+	sn.n = &timeslice.Node{GrantDir: grants, ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
+		Config: cfg, Logger: s.Logger}
+	go func() { sn.done <- sn.n.Run(ctx) }()
+}
+
+// CPU is the CPU time the scheduler binaries used, counted when they stopped (Close, Restart).
+func (s *Scheduled) CPU() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cpu
 }
 
 // Stats returns every running node's scheduling figures, by containers directory.
@@ -126,7 +174,9 @@ func (s *Scheduled) Stats() map[string]map[schedproto.UUID]timeslice.GPUReport {
 	defer s.mu.Unlock()
 	out := map[string]map[schedproto.UUID]timeslice.GPUReport{}
 	for dir, sn := range s.nodes {
-		out[dir] = sn.n.Stats()
+		if sn.n != nil {
+			out[dir] = sn.n.Stats()
+		}
 	}
 	return out
 }
@@ -135,29 +185,33 @@ func (s *Scheduled) Stats() map[string]map[schedproto.UUID]timeslice.GPUReport {
 // mid-run, as a DaemonSet's pod does).
 func (s *Scheduled) Restart(pause func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for dir, sn := range s.nodes {
+	nodes := s.nodes
+	s.nodes = map[string]*schedNode{}
+	s.mu.Unlock()
+	for dir, sn := range nodes {
 		sn.cancel()
 		<-sn.done
-		delete(s.nodes, dir)
 		if pause != nil {
 			pause()
 		}
-		s.start(dir, sn.n.GrantDir)
+		s.mu.Lock()
+		s.start(dir, sn.grants)
+		s.mu.Unlock()
 	}
 }
 
 // Close stops the schedulers.
 func (s *Scheduled) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	nodes := s.nodes
+	s.nodes = map[string]*schedNode{}
+	s.mu.Unlock()
 	var err error
-	for dir, sn := range s.nodes {
+	for _, sn := range nodes {
 		sn.cancel()
 		if e := <-sn.done; e != nil && err == nil {
 			err = e
 		}
-		delete(s.nodes, dir)
 	}
 	return err
 }

@@ -40,6 +40,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	asJSON := fs.Bool("json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
 	var extraEnv stringList
 	fs.Var(&extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
+	scheduler := fs.Bool("scheduler", false, "shared-GPU runs: as on a node with vgpu-scheduler (root: each container in a private mount namespace with its grant file)")
+	schedBin := fs.String("scheduler-binary", "", "with --scheduler: run this vgpu-scheduler as a process and print its CPU time (default BUILD/bin/vgpu-scheduler if it exists, else the scheduler runs in this process)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &exitError{2, err}
 	}
@@ -50,7 +52,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		return runShared(ctx, env, sharedFlags{specs: specs, scenario: *scenario, profile: *profile, root: *root, build: *build,
-			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv})
+			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv,
+			scheduler: *scheduler, schedBin: *schedBin})
 	}
 	var ls []int
 	for _, f := range strings.Split(*limits, ",") {

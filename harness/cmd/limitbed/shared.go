@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -23,9 +24,15 @@ type sharedFlags struct {
 	specs, env                     []string
 	scenario, profile, root, build string
 	real, secondsSet, json         bool
-	perWindow                      bool
+	perWindow, scheduler           bool
+	schedBin                       string
 	seconds                        int
 	tol                            float64
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // runShared: `limitbed bench compute --container … | --scenario NAME`: several containers on the
@@ -86,12 +93,36 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 		Work: filepath.Join(build, "bin", "gpuwork"), Lib: filepath.Join(build, "lib"),
 		ProfileDir: filepath.Join(root, "fakegpu", "profiles"), Dir: dir, Env: f.env, Logger: klog.Background().V(4),
 	}
+	var sched *computebench.Scheduled
+	if f.scheduler {
+		if os.Geteuid() != 0 {
+			return &exitError{2, fmt.Errorf("--scheduler needs root (each container runs in a private mount namespace with its grant file)")}
+		}
+		bin := f.schedBin
+		if bin == "" {
+			if p := filepath.Join(build, "bin", "vgpu-scheduler"); fileExists(p) {
+				bin = p
+			}
+		}
+		sched = &computebench.Scheduled{Privatens: filepath.Join(root, "hamicore", "test", "privatens"), Binary: bin, Logger: klog.Background().V(2)}
+		r.Prepare = sched.Prepare
+	}
 	if !f.json {
 		fmt.Fprintf(env.stderr, "bench: %s: %d containers, %.0f s (each workload first alone, unthrottled)\n", sc.Name, len(sc.Containers), sc.Seconds)
 	}
 	res, err := r.Run(ctx, sc, f.tol)
+	if sched != nil {
+		if cerr := sched.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bench compute: %w", err)
+	}
+	if sched != nil && sched.Binary != "" && !f.json {
+		// The scheduler ran from the first container's start to the end (the baselines ran before).
+		fmt.Fprintf(env.stdout, "vgpu-scheduler: %v of CPU over the %.0f s run: %.1f ms per second\n",
+			sched.CPU().Round(time.Millisecond), sc.Seconds, float64(sched.CPU().Milliseconds())/sc.Seconds)
 	}
 	if f.json {
 		enc := json.NewEncoder(env.stdout)

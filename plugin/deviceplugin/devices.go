@@ -1,14 +1,14 @@
 package deviceplugin
 
 import (
-	"strconv"
-
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/identity"
 )
 
-// virtualDevices splits every GPU into split devices "<uuid>-<n>", as HAMi
+// virtualDevices splits every GPU into split devices "<uuid>-<n>"
+// (identity.DeviceID, whose DeviceUUID node components read them back), as HAMi
 // advertises them; MIG devices are advertised one to one. IDs depend only
 // on the hardware, so kubelet's checkpointed allocations stay valid across
 // plugin restarts. physical maps each ID to its GPU or MIG UUID, board to
@@ -27,7 +27,7 @@ func virtualDevices(devs []gpu.Device, split uint) (list []*pluginapi.Device, ph
 			continue
 		}
 		for n := uint(0); n < split; n++ {
-			id := d.UUID + "-" + strconv.FormatUint(uint64(n), 10)
+			id := identity.DeviceID(d.UUID, n)
 			list = append(list, &pluginapi.Device{ID: id, Health: health})
 			physical[id], board[id] = d.UUID, d.UUID
 		}

@@ -21,6 +21,11 @@ type Parsed struct {
 	Vars map[string]string
 	// Bad lists skipped lines in file order.
 	Bad []BadLine
+	// Rejected holds the memory keys a line set to a value outside the
+	// memory grammar. A key rejected and never set validly refuses every
+	// allocation on its device (Resolve), as the C reader does: a damaged
+	// limit must not become no limit.
+	Rejected map[string]bool
 }
 
 // Skipped returns the 1-based numbers of the skipped lines.
@@ -66,7 +71,7 @@ func FormatEnv(vars map[string]string) string {
 // must not discard the cache path that follows it). Parse never fails; the
 // rules are those of docs/limits-file.md, shared with the C reader.
 func Parse(data []byte) *Parsed {
-	p := &Parsed{Vars: map[string]string{}}
+	p := &Parsed{Vars: map[string]string{}, Rejected: map[string]bool{}}
 	n := 0
 	for len(data) > 0 {
 		n++
@@ -114,6 +119,7 @@ func (p *Parsed) parseLine(line []byte, terminated bool) string {
 	}
 	if IsMemoryKey(k) {
 		if _, err := ParseMemory(v); err != nil {
+			p.Rejected[k] = true
 			return err.Error()
 		}
 	}

@@ -2,15 +2,10 @@ package monitor
 
 import (
 	"context"
-	"fmt"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/limitbed/limitbed/plugin/identity"
 )
 
 // APIPods lists this node's pods from the API server.
@@ -23,14 +18,12 @@ var _ PodLister = (*APIPods)(nil)
 
 // ListPods implements PodLister.
 func (a *APIPods) ListPods(ctx context.Context) ([]PodRef, error) {
-	list, err := a.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.NodeName).String(),
-	})
+	pods, err := (&identity.APIServer{Kube: a.Kube, NodeName: a.NodeName}).NodePods(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]PodRef, 0, len(list.Items))
-	for _, p := range list.Items {
+	out := make([]PodRef, 0, len(pods))
+	for _, p := range pods {
 		out = append(out, PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name})
 	}
 	return out, nil
@@ -46,16 +39,9 @@ var _ PodResourcesLister = (*KubeletPods)(nil)
 
 // ListPods implements PodResourcesLister.
 func (k *KubeletPods) ListPods(ctx context.Context) ([]PodRef, error) {
-	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	resp, err := (&identity.Kubelet{Socket: k.Socket}).List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", k.Socket, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).List(ctx, &podresourcesapi.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("pod-resources List on %s: %w", k.Socket, err)
+		return nil, err
 	}
 	out := make([]PodRef, 0, len(resp.PodResources))
 	for _, p := range resp.PodResources {

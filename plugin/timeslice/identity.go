@@ -7,9 +7,6 @@
 package timeslice
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
@@ -26,33 +23,6 @@ const (
 	// PolicyDisable never limits.
 	PolicyDisable Policy = "disable"
 )
-
-// ParsePolicy reads a policy as libvgpu.so does: default, force or disable, in lower or upper
-// case; empty is default. Anything else is an error (libvgpu.so warns and uses default; the node
-// refuses, and its caller schedules the container as force).
-func ParsePolicy(s string) (Policy, error) {
-	switch s {
-	case "", "default", "DEFAULT":
-		return PolicyDefault, nil
-	case "force", "FORCE":
-		return PolicyForce, nil
-	case "disable", "DISABLE":
-		return PolicyDisable, nil
-	}
-	return "", fmt.Errorf("GPU_CORE_UTILIZATION_POLICY %q is not default, force or disable", s)
-}
-
-// ParsePriority reads CUDA_TASK_PRIORITY (an integer; lower is higher priority; empty is 1).
-func ParsePriority(s string) (int32, error) {
-	if s == "" {
-		return 1, nil
-	}
-	p, err := strconv.ParseInt(s, 10, 32)
-	if err != nil || p < -1000000 || p > 1000000 {
-		return 0, fmt.Errorf("CUDA_TASK_PRIORITY %q is not an integer in -1000000..1000000", s)
-	}
-	return int32(p), nil
-}
 
 // Identity is what the scheduler knows of a container, from the node's own records (the device
 // plugin's limits and grant files, or the node's identity service), never from anything the

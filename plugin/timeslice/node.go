@@ -207,6 +207,16 @@ func (n *Node) identify(c *ctr) {
 		n.Logger.Error(err, "Container scheduled at its strictest reading", "container", c.key)
 	}
 	c.id, c.known = id, true
+	held := map[schedproto.UUID]bool{}
+	for _, u := range id.GPUs {
+		held[u] = true
+	}
+	for u := range c.on {
+		if !held[u] {
+			n.Logger.Error(nil, "GPU of the grant file not the container's: not scheduled", "container", c.key, "gpu", u)
+			delete(c.on, u)
+		}
+	}
 	c.grant.SetPeriod(n.Config.Period)
 	n.Logger.Info("Scheduling container", "container", c.key, "gpus", len(c.on), "limit", id.Limit, "policy", id.Policy, "priority", id.Priority)
 }

@@ -1,13 +1,17 @@
 package timeslice
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"math"
-	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
+	"sync"
+	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
@@ -16,56 +20,104 @@ import (
 // grant entries stay Off and its library paces itself).
 var ErrUnknown = errors.New("identity unknown")
 
-// Source gives the trusted identity of a container: its limits, policy and priority, from
-// records the container cannot write. gpus are its GPUs from its grant file (the device plugin's
-// record of what it allocated). It is the one seam through which the scheduler learns who a
-// container is.
+// Source gives the trusted identity of a container: its GPUs, limit, policy and priority, from
+// records the container cannot write. gpus are the GPUs its grant file names (the device
+// plugin's record of what it allocated). It is the one seam through which the scheduler learns
+// who a container is.
 type Source interface {
 	Identify(key string, gpus []schedproto.UUID) (Identity, error)
 }
 
-// LimitsFiles identifies a container from the device plugin's limits file,
-// <Dir>/<key>.limits (root-owned; the container sees it read-only at /overrideEnv).
+func fromLimits(key string, gpus []schedproto.UUID, l identity.Limits) Identity {
+	id := Identity{Key: key, GPUs: gpus, Limit: int(l.SM), Policy: PolicyDefault, Priority: l.Priority}
+	switch l.Policy {
+	case limitsfile.PolicyForce:
+		id.Policy = PolicyForce
+	case limitsfile.PolicyDisable:
+		id.Policy = PolicyDisable
+	}
+	return id
+}
+
+// LimitsFiles identifies a container from the device plugin's limits file, <Dir>/<key>.limits
+// (root-owned; the container sees it read-only at /overrideEnv), read as libvgpu.so resolves it
+// (identity.ReadLimits), and its GPUs from its grant file. For nodes without the API server's and
+// the kubelet's view (the harness's simulated nodes), and file mode only.
 type LimitsFiles struct {
 	Dir string // <HOOK_PATH>/vgpu/containers
 }
 
-// maxLimitsFile bounds what is read (the plugin writes a few hundred bytes).
-const maxLimitsFile = 64 << 10
-
-// Identify implements Source. A limits file that cannot be read is an ErrUnknown; a value the
-// library would not understand is an error too, but the identity returned with it is the
-// strictest reading (force, the lowest priority), which the caller schedules.
+// Identify implements Source.
 func (l LimitsFiles) Identify(key string, gpus []schedproto.UUID) (Identity, error) {
-	id := Identity{Key: key, GPUs: gpus, Policy: PolicyDefault, Priority: 1}
-	path := filepath.Join(l.Dir, key+limitsfile.Suffix)
-	b, err := os.ReadFile(path)
+	lim, err := identity.ReadLimits(filepath.Join(l.Dir, key+limitsfile.Suffix))
 	if err != nil {
-		return id, fmt.Errorf("container %s: %w: %w", key, ErrUnknown, err)
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: %w", key, ErrUnknown, err)
 	}
-	if len(b) > maxLimitsFile {
-		return id, fmt.Errorf("container %s: %w: %s is %d bytes, more than a limits file", key, ErrUnknown, path, len(b))
+	return fromLimits(key, gpus, lim), nil
+}
+
+// Snapshots identifies containers from the node's identity service (plugin/identity): the API
+// server's pods, the kubelet's devices per container, the plugin's limits files (or, in env mode,
+// the scheduler's placement). A snapshot is taken at most every MaxAge.
+type Snapshots struct {
+	Take   func(context.Context) (*identity.Snapshot, error) // (*identity.Sources).Snapshot
+	MaxAge time.Duration                                      // 0: 2 s
+
+	mu   sync.Mutex
+	snap *identity.Snapshot
+	err  error
+}
+
+func (s *Snapshots) current() (*identity.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	age := s.MaxAge
+	if age <= 0 {
+		age = 2 * time.Second
 	}
-	vars := limitsfile.Parse(b).Vars
-	var errs []error
-	if v, ok := vars["CUDA_DEVICE_SM_LIMIT"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("CUDA_DEVICE_SM_LIMIT %q is not a percentage", v))
-			n = 1 // the strictest limit that still lets it run
+	if s.snap == nil || time.Since(s.snap.Taken) > age {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		snap, err := s.Take(ctx)
+		cancel()
+		if err != nil && s.snap == nil {
+			return nil, err
 		}
-		id.Limit = n
+		if err == nil {
+			s.snap = snap
+		}
+		s.err = err
 	}
-	if id.Policy, err = ParsePolicy(vars["GPU_CORE_UTILIZATION_POLICY"]); err != nil {
-		errs = append(errs, err)
-		id.Policy = PolicyForce
+	return s.snap, nil
+}
+
+// Identify implements Source. A GPU the grant file names but the node's record does not give the
+// container is not scheduled for it (its entry stays Off).
+func (s *Snapshots) Identify(key string, gpus []schedproto.UUID) (Identity, error) {
+	uid, ctr, ok := strings.Cut(key, "_")
+	if !ok {
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: not <podUID>_<container>", key, ErrUnknown)
 	}
-	if id.Priority, err = ParsePriority(vars["CUDA_TASK_PRIORITY"]); err != nil {
-		errs = append(errs, err)
-		id.Priority = math.MaxInt32
+	snap, err := s.current()
+	if err != nil {
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: %w", key, ErrUnknown, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return id, fmt.Errorf("container %s: %s: %w; scheduled as %s at limit %d, priority %d", key, path, err, id.Policy, id.Limit, id.Priority)
+	c, ok := snap.Container(identity.Key{PodUID: types.UID(uid), Container: ctr})
+	switch {
+	case !ok:
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: not on this node", key, ErrUnknown)
+	case c.MIG:
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: MIG devices are isolated by the hardware", key, ErrUnknown)
+	case c.Limits.Source == identity.SourceNone || c.Limits.Source == identity.SourceUnreadable:
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: no readable limits (%q)", key, ErrUnknown, c.Limits.Source)
 	}
-	return id, nil
+	var held []schedproto.UUID
+	for _, u := range gpus {
+		if c.GPUSource == identity.SourceNone || c.Holds(u.String()) {
+			held = append(held, u)
+		}
+	}
+	if len(held) == 0 {
+		return Identity{Key: key}, fmt.Errorf("container %s: %w: none of its grant file's GPUs is its", key, ErrUnknown)
+	}
+	return fromLimits(key, held, c.Limits), nil
 }

@@ -19,14 +19,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
 type options struct {
+	nodeName       string
+	kubeconfig     string
+	podResources   string
 	hookPath       string
 	period         time.Duration
 	drainWait      time.Duration
@@ -73,6 +80,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 func newFlagSet(o *options) *flag.FlagSet {
 	d := timeslice.DefaultConfig()
 	fs := flag.NewFlagSet("vgpu-scheduler", flag.ContinueOnError)
+	fs.StringVar(&o.nodeName, "node-name", "", "this node: containers are identified from the API server, the kubelet and the limits files; empty: from the limits files alone (file mode only)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config (with --node-name)")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket: the GPUs of each container (with --node-name); empty: the scheduler's placement")
 	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: grant files in <hook-path>/vgpu/sched, reports in <hook-path>/vgpu/containers")
 	fs.DurationVar(&o.period, "period", d.Period, "the scheduling period: slices in proportion to the limits over it, and the longest a container owed a slice waits for it")
 	fs.DurationVar(&o.drainWait, "drain-wait", d.DrainWait, "how long the next slice waits for the last one's work to drain before it starts beside it")
@@ -90,9 +100,21 @@ func serve(ctx context.Context, o options) error {
 	cfg := timeslice.DefaultConfig()
 	cfg.Period, cfg.DrainWait = o.period, o.drainWait
 	containers := allocate.ContainersDir(o.hookPath)
+	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
+	if o.nodeName != "" {
+		kube, err := kubeClient(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		sources := &identity.Sources{Pods: &identity.APIServer{Kube: kube, NodeName: o.nodeName}, ContainersDir: containers}
+		if o.podResources != "" {
+			sources.Devices = &identity.Kubelet{Socket: o.podResources}
+		}
+		src = &timeslice.Snapshots{Take: sources.Snapshot}
+	}
 	n := &timeslice.Node{
 		GrantDir: filepath.Join(o.hookPath, "vgpu", allocate.GrantDirName), ContainersDir: containers,
-		Source: timeslice.LimitsFiles{Dir: containers}, Config: cfg, Logger: logger,
+		Source: src, Config: cfg, Logger: logger,
 	}
 	if o.metricsAddress != "" {
 		reg := prometheus.NewRegistry()
@@ -105,6 +127,21 @@ func serve(ctx context.Context, o options) error {
 		}()
 		defer srv.Shutdown(context.Background())
 	}
-	logger.Info("Starting", "grants", n.GrantDir, "containers", containers, "period", cfg.Period, "drainWait", cfg.DrainWait)
+	logger.Info("Starting", "grants", n.GrantDir, "containers", containers, "period", cfg.Period, "drainWait", cfg.DrainWait,
+		"identity", map[bool]string{true: "API server, kubelet, limits files", false: "limits files"}[o.nodeName != ""])
 	return n.Run(ctx)
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }

@@ -43,7 +43,7 @@ type simCtr struct {
 	// scheduler side: what its grant word says
 	state schedproto.State
 	grant uint32
-	bell  uint32 // the bell last seen
+	bell  uint32                       // the bell last seen
 	lies  func(*simCtr, time.Duration) // an adversary rewriting its report each step
 }
 

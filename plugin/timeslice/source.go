@@ -61,7 +61,7 @@ func (l LimitsFiles) Identify(key string, gpus []schedproto.UUID) (Identity, err
 // the scheduler's placement). A snapshot is taken at most every MaxAge.
 type Snapshots struct {
 	Take   func(context.Context) (*identity.Snapshot, error) // (*identity.Sources).Snapshot
-	MaxAge time.Duration                                      // 0: 2 s
+	MaxAge time.Duration                                     // 0: 2 s
 
 	mu   sync.Mutex
 	snap *identity.Snapshot

@@ -7,8 +7,8 @@
  * has drained (drains, then the bell the scheduler sleeps on). While it holds a slice it keeps
  * little work queued (markers.h), so a revoked slice drains in milliseconds.
  *
- * The scheduler beats every grant word every 10 ms. A word that has not changed for
- * LB_SCHED_DEAD_NS (or an entry the scheduler set OFF) means no scheduler: the device is paced by
+ * The scheduler beats every entry every 10 ms. A beat that has not moved for LB_SCHED_DEAD_NS (or
+ * an entry the scheduler set OFF) means no scheduler: the device is paced by
  * this process alone (limiter.c), and the log says so; when the word moves again the scheduler
  * takes over. So a scheduler that dies stalls no launch for longer than that, and leaves no slice
  * running unheld for longer than that either (the helper thread watches the word while the
@@ -53,14 +53,14 @@ struct slow {
     pthread_mutex_t mu;
     int resolved, entry;     /* the device's grant entry, -1: not scheduled */
     enum mode mode;          /* what the log said last */
-    uint32_t seen;           /* the grant word last seen ... */
+    uint32_t seen;           /* the beat last seen ... */
     int64_t seen_at;         /* ... since then (CLOCK_MONOTONIC ns) */
     uint32_t joined;         /* the slice this process joined, 0 none */
     int64_t bound;           /* its queue bound (markers.h) */
     uint32_t gen;            /* joins so far (a drain reported for an older join does not end a newer one) */
     int free_join;           /* it joined a FREE grant: no markers, no idle release */
     uintptr_t ctx;           /* the context its launches of the slice used (the drain synchronises it) */
-    uint32_t active;         /* the sequence last reported active */
+    uint32_t active;         /* the beat last reported active */
     int64_t want_at;
     struct lb_markers mk;
     uintptr_t mk_ctx;        /* the context of the markers' events */
@@ -154,7 +154,7 @@ static void resolve(int d, struct slow *sl)
         if (sl->entry < 0)
             say(sl, d, M_SELF, "its GPU is not in the grant file");
     }
-    sl->seen = sl->entry >= 0 ? atomic_load(lb_sched_word(sl->entry)) : 0;
+    sl->seen = sl->entry >= 0 ? lb_sched_beat(sl->entry) : 0;
     sl->seen_at = now_ns();
     if (sl->entry < 0 && !lb_limiter_limited(d))
         atomic_store(&lb_gates[d].word, &g_local); /* nothing to hold: the fast path passes */
@@ -223,10 +223,10 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
     int e = sl->entry;
     const _Atomic uint32_t *wp = lb_sched_word(e);
     for (;;) {
-        uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK;
+        uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK, beat = lb_sched_beat(e);
         int64_t now = now_ns();
-        if (w != sl->seen)
-            sl->seen = w, sl->seen_at = now;
+        if (beat != sl->seen)
+            sl->seen = beat, sl->seen_at = now;
         if (st == LB_GRANT_OFF || now - sl->seen_at > LB_SCHED_DEAD_NS) {
             say(sl, d, M_SELF, st == LB_GRANT_OFF ? "the node scheduler does not drive it" : "the node scheduler is silent");
             shut(d); /* every launch asks again: the scheduler may come back */
@@ -235,9 +235,8 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
             return 0;
         }
         say(sl, d, M_SCHED, "");
-        uint32_t seq = w >> LB_GRANT_SEQ_SHIFT;
-        if (seq != sl->active)
-            lb_sched_active(e, seq), sl->active = seq;
+        if (beat != sl->active)
+            lb_sched_active(e, beat), sl->active = beat;
         if (st == LB_GRANT_RUN || st == LB_GRANT_FREE) {
             uint32_t g = lb_sched_grant_id(e);
             if (sl->joined != g) {
@@ -347,9 +346,9 @@ static void drain(int d, struct slow *sl)
 static void tick(int d, struct slow *sl, int64_t now)
 {
     const _Atomic uint32_t *wp = lb_sched_word(sl->entry);
-    uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK;
-    if (w != sl->seen)
-        sl->seen = w, sl->seen_at = now;
+    uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK, beat = lb_sched_beat(sl->entry);
+    if (beat != sl->seen)
+        sl->seen = beat, sl->seen_at = now;
     if (now - sl->seen_at > LB_SCHED_DEAD_NS) {
         shut(d); /* the launchers find the scheduler gone and pace alone */
         return;
@@ -358,15 +357,21 @@ static void tick(int d, struct slow *sl, int64_t now)
         drain(d, sl);
         return;
     }
+    /* Launches since the last step: the container is busy (its neighbours' `default` policy
+     * reads it); the launch path itself never writes it while the slice is held. */
+    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
+    int launched = left != sl->seen_left || sl->slow_launches != sl->seen_slow;
+    if (launched) {
+        sl->seen_left = left, sl->seen_slow = sl->slow_launches, sl->quiet_since = now;
+        if (beat != sl->active)
+            lb_sched_active(sl->entry, beat), sl->active = beat;
+        lb_mark_launch(); /* the node monitor's view: the launch path skips it while the gate is open */
+    }
     if (sl->free_join)
         return;
     poll_markers(sl, now);
-    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
-    if (left != sl->seen_left || sl->slow_launches != sl->seen_slow) {
-        sl->seen_left = left, sl->seen_slow = sl->slow_launches, sl->quiet_since = now;
-    } else if (!sl->mk.count && now - sl->quiet_since >= IDLE_NS) {
+    if (!launched && !sl->mk.count && now - sl->quiet_since >= IDLE_NS)
         drain(d, sl); /* idle: its slice can go to another container */
-    }
 }
 
 static void *helper(void *arg)

@@ -28,6 +28,18 @@ extern struct lb_gate_fast lb_gates[LB_REGION_MAX_DEVICES];
 /* 1 once a device is limited or scheduled: launches then ask the gate. */
 extern int lb_launch_gated;
 
+/* One launch of the batch taken: 1 if more are left (x86-64: one locked decrement and its flags). */
+static inline int lb_gate_take(_Atomic int32_t *left)
+{
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__) && !defined(__SANITIZE_THREAD__)
+    int more;
+    __asm__ __volatile__("lock decl %0" : "+m"(*(int32_t *)left), "=@ccg"(more));
+    return more;
+#else
+    return atomic_fetch_sub_explicit(left, 1, memory_order_relaxed) > 1;
+#endif
+}
+
 static inline int lb_gate_pass(void)
 {
     if (__builtin_expect(lb_tls_dev.epoch != atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed), 0))
@@ -35,7 +47,7 @@ static inline int lb_gate_pass(void)
     struct lb_gate_fast *g = &lb_gates[lb_tls_dev.dev];
     const _Atomic uint32_t *w = atomic_load_explicit(&g->word, memory_order_relaxed);
     return atomic_load_explicit(w, memory_order_relaxed) == atomic_load_explicit(&g->open, memory_order_relaxed) &&
-           atomic_fetch_sub_explicit(&g->left, 1, memory_order_relaxed) > 1;
+           lb_gate_take(&g->left);
 }
 
 /* The slow path of a launch of `kernels` kernels of `blocks` thread blocks in all on device dev

@@ -146,9 +146,12 @@ void lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
 {
     if (__builtin_expect(!lb_active(), 0))
         return;
+    if (__builtin_expect(lb_launch_gated, 0)) {
+        if (!lb_gate_pass())
+            gate(x, s, per_thread);
+        return;
+    }
     lb_mark_launch();
-    if (__builtin_expect(lb_launch_gated, 0) && !lb_gate_pass())
-        gate(x, s, per_thread);
 }
 
 /* cuGraphExecUpdate: the executable graph takes the new graph's kernels. */

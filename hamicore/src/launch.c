@@ -48,16 +48,19 @@ static inline uint64_t legacy_blocks(int w, int h)
         lb_gate_after(dev, stream, pt);                                                                             \
     return r
 
-/* Initialised, the region already marked this monitor period, and nothing gated or the gate open
- * (the container holds its slice): the launch is the driver's. Evaluated before anything that
- * needs a stack frame, so the wrapper is a few loads and a tail jump; everything else is in its
- * noinline slow half. */
+/* The launch is the driver's, with nothing to do here: without a compute limit or a scheduler,
+ * the library initialised and the region already marked this monitor period; with them, the
+ * gate open (the container holds its slice, or runs free: gate.h; a gate opens only on a launch
+ * of the enforcing library, and the helper marks the region for the monitor meanwhile).
+ * Evaluated before anything that needs a stack frame, so the wrapper is a few loads and a tail
+ * jump; everything else is in its noinline slow half. */
 static inline int fast_path(void)
 {
     struct lb_region_header *h;
+    if (__builtin_expect(lb_launch_gated, 0))
+        return lb_gate_pass();
     return __builtin_expect(atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE, 1) &&
-           (h = lb_region) != NULL && atomic_load_explicit(&h->recent_kernel, memory_order_relaxed) &&
-           (!lb_launch_gated || lb_gate_pass());
+           (h = lb_region) != NULL && atomic_load_explicit(&h->recent_kernel, memory_order_relaxed);
 }
 
 /* WRAP(w, (params), (args), kernels, blocks, stream, pt): the exported wrapper w and its slow half. */

@@ -29,6 +29,11 @@ static inline const _Atomic uint32_t *lb_sched_word(int e)
     return (const _Atomic uint32_t *)&lb_grant->gpu[e].word;
 }
 
+static inline uint32_t lb_sched_beat(int e)
+{
+    return atomic_load_explicit((const _Atomic uint32_t *)&lb_grant->gpu[e].beat, memory_order_relaxed);
+}
+
 static inline uint32_t lb_sched_grant_id(int e)
 {
     return atomic_load_explicit((const _Atomic uint32_t *)&lb_grant->gpu[e].grant_id, memory_order_acquire);

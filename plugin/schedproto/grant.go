@@ -115,12 +115,15 @@ func (g *GrantFile) Set(i int, s State, grantID uint32, budget time.Duration) {
 	futexWakeAll(w)
 }
 
-// Beat bumps entry i's sequence and keeps its state: the heartbeat that tells the library the
-// scheduler still drives the entry. Nobody is woken (a waiter's state did not change).
+// Beat bumps entry i's heartbeat, which tells the library the scheduler still drives the entry.
+// The word is left alone: a launcher holding its slice compares the word only.
 func (g *GrantFile) Beat(i int) {
-	w := g.word(i)
-	seq, s := SplitWord(atomic.LoadUint32(w))
-	atomic.StoreUint32(w, Word(seq+1, s))
+	atomic.AddUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])), 1)
+}
+
+// Beats returns entry i's heartbeat.
+func (g *GrantFile) Beats(i int) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])))
 }
 
 // SetPeriod records the scheduler's period in the header.

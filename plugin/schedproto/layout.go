@@ -36,6 +36,7 @@ const (
 	offWord    = 16 // grant entry
 	offGrantID = 20 // grant entry
 	offBudget  = 24 // grant entry
+	offBeat    = 28 // grant entry
 
 	offJoin   = 0  // report entry
 	offWant   = 8  // report entry

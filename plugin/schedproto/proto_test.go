@@ -96,12 +96,12 @@ func TestGrantFile(t *testing.T) {
 	}
 	g.Set(1, Run, 42, 30*time.Millisecond)
 	g.Beat(1)
-	if seq, s := g.Load(1); seq != 2 || s != Run {
-		t.Fatalf("after Set and Beat: seq %d state %v, want 2 run", seq, s)
+	if seq, s := g.Load(1); seq != 1 || s != Run || g.Beats(1) != 1 {
+		t.Fatalf("after Set and Beat: seq %d state %v beat %d, want 1 run 1 (a beat leaves the word)", seq, s, g.Beats(1))
 	}
 	data, _ := os.ReadFile(p)
 	gpus, words, err := DecodeGrant(data)
-	if err != nil || len(gpus) != 2 || words[1] != Word(2, Run) || words[0] != Word(0, Off) {
+	if err != nil || len(gpus) != 2 || words[1] != Word(1, Run) || words[0] != Word(0, Off) {
 		t.Fatalf("DecodeGrant: %v %v %v", gpus, words, err)
 	}
 	if got := *(*uint32)(unsafe.Pointer(&data[entries+entrySize+offGrantID])); got != 42 {

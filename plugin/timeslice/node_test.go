@@ -103,6 +103,10 @@ func (c *container) word() uint32 {
 
 func (c *container) state() (uint32, schedproto.State) { return schedproto.SplitWord(c.word()) }
 
+func (c *container) beat() uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.grant[64+28])))
+}
+
 func (c *container) grantID() uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&c.grant[64+20])))
 }
@@ -156,10 +160,13 @@ func TestNodeDrivesTheFiles(t *testing.T) {
 		_, sb := b.state()
 		return sa == schedproto.Wait && sb == schedproto.Wait
 	})
-	seq0, _ := a.state()
+	beat0, seq0 := a.beat(), a.word()
 	time.Sleep(50 * time.Millisecond)
-	if seq, _ := a.state(); schedproto.SeqSince(seq0, seq) < 2 {
-		t.Errorf("the word did not beat: sequence %d then %d", seq0, seq)
+	if b := a.beat(); b-beat0 < 2 {
+		t.Errorf("no heartbeat: beat %d then %d", beat0, b)
+	}
+	if a.word() != seq0 {
+		t.Errorf("the word changed without a change of state: %#x then %#x", seq0, a.word())
 	}
 	// a wants the GPU and joins its slice; b waits.
 	a.want()

@@ -36,8 +36,9 @@
 #define LB_SCHED_REPORT_PATH "/usr/local/vgpu/sched.report"
 
 /* grant word: (sequence << LB_GRANT_SEQ_SHIFT) | state. The scheduler bumps the sequence on every
- * write, including a heartbeat every few milliseconds that keeps the state, so a word that stops
- * changing means a scheduler that stopped. */
+ * write, so a launcher that saw the word knows whether anything changed since; it stays the same
+ * for the whole of a slice, which is what the launch path compares. The entry's beat is bumped
+ * every few milliseconds instead: a beat that stops moving means a scheduler that stopped. */
 #define LB_GRANT_STATE_MASK 3u
 #define LB_GRANT_SEQ_SHIFT 2
 #define LB_GRANT_OFF 0u  /* the scheduler does not drive this GPU for this container: pace alone */
@@ -51,8 +52,9 @@ struct lb_sched_grant_entry {
     uint32_t word;              /* 16  state and sequence (above); accessed atomically */
     uint32_t grant_id;          /* 20  RUN: the slice's id, nonzero; written before the word */
     uint32_t budget_us;         /* 24  RUN: the slice's length as granted, in µs (0: until revoked); the
-                                 *      library keeps less than a quarter of it queued */
-    uint32_t reserved[9];       /* 28 */
+                                 *      library keeps at most half of it queued */
+    uint32_t beat;              /* 28  the scheduler's heartbeat: bumped every 10 ms */
+    uint32_t reserved[8];       /* 32 */
 };                              /* 64 */
 
 struct lb_sched_grant {
@@ -75,7 +77,7 @@ struct lb_sched_grant {
 struct lb_sched_report_entry {
     uint64_t join;              /*  0  slice, joins, drains (above) */
     uint32_t want;              /*  8  bumped by launchers while they wait for the slice: pending work */
-    uint32_t active;            /* 12  the grant word's sequence last seen by a launching process */
+    uint32_t active;            /* 12  the beat last seen by a process that launched since the one before */
     uint32_t bell;              /* 16  bumped, then futex-woken, after every drain */
     uint32_t reserved[11];      /* 20 */
 };                              /* 64 */

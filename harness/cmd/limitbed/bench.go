@@ -15,11 +15,51 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
+// runGateBench: `limitbed bench gate`: the instructions libvgpu.so adds to a launch, natively, with
+// the library alone and while its container holds the scheduler's slice (computebench.GateCost).
+func runGateBench(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("bench gate", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
+	build := fs.String("build", "", "C build directory (default: ROOT/build)")
+	n := fs.Int("n", 10000, "launches per measured run")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if os.Geteuid() != 0 {
+		return &exitError{2, fmt.Errorf("bench gate needs root (the container's private mount namespace)")}
+	}
+	r, b, err := buildPaths(*root, *build, "bin/hamicore-allocprobe", "lib/libvgpu.so")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "limitbed-gate-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	g := &computebench.GateCost{AllocProbe: filepath.Join(b, "bin", "hamicore-allocprobe"), Preload: filepath.Join(b, "lib", "libvgpu.so"),
+		Lib: filepath.Join(b, "lib"), ProfileDir: filepath.Join(r, "fakegpu", "profiles"),
+		Privatens: filepath.Join(r, "hamicore", "test", "privatens"), Dir: dir, N: *n, Logger: klog.Background().V(4)}
+	f, err := g.Run(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "| instructions per cuLaunchKernel (fakegpu, N=%d, callgrind: the launch loop only) | per launch | added | target |\n|---|---|---|---|\n", *n)
+	fmt.Fprintf(env.stdout, "| without libvgpu.so | %d | — | — |\n", f.Native)
+	fmt.Fprintf(env.stdout, "| with libvgpu.so, no scheduler, nothing limited | %d | %d | ≤ 50 |\n", f.Library, f.Library-f.Native)
+	fmt.Fprintf(env.stdout, "| with libvgpu.so, the scheduler letting the container launch (the held slice's path) | %d | %d | ≤ 50 |\n", f.Held, f.Held-f.Native)
+	return nil
+}
+
 // runBench: `limitbed bench compute` (the only benchmark it runs so far): each workload alone per
 // policy, or with --container/--scenario several containers sharing fakegpu's GPUs (shared.go).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 && args[0] == "gate" {
+		return runGateBench(ctx, env, args[1:])
+	}
 	if len(args) == 0 || args[0] != "compute" {
-		return &exitError{2, fmt.Errorf("usage: limitbed bench compute [flags] (run with -h for the flags)")}
+		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|gate [flags] (run with -h for the flags)")}
 	}
 	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)

@@ -26,6 +26,7 @@ int main(void)
     FIELD(grant_entry, word);
     FIELD(grant_entry, grant_id);
     FIELD(grant_entry, budget_us);
+    FIELD(grant_entry, beat);
     FIELD(grant_entry, reserved);
     FIELD(report, magic);
     FIELD(report, version);

@@ -56,13 +56,16 @@ struct slow {
     uint32_t seen;           /* the beat last seen ... */
     int64_t seen_at;         /* ... since then (CLOCK_MONOTONIC ns) */
     uint32_t joined;         /* the slice this process joined, 0 none */
-    int64_t bound;           /* its queue bound (markers.h) */
+    uint32_t budget_us;      /* its planned length (the queue bound follows what is left, markers.h) */
+    int64_t join_at;         /* when it joined */
     uint32_t gen;            /* joins so far (a drain reported for an older join does not end a newer one) */
     int free_join;           /* it joined a FREE grant: no markers, no idle release */
     uintptr_t ctx;           /* the context its launches of the slice used (the drain synchronises it) */
     uint32_t active;         /* the beat last reported active */
     int64_t want_at;
     struct lb_markers mk;
+    uint32_t issued;         /* the launches the last batch let through (its first included) */
+    uint32_t mk_n;           /* ... and the one before it: what the next marker covers */
     uintptr_t mk_ctx;        /* the context of the markers' events */
     int no_marks;            /* events failed: no queue bound (logged once) */
     uint32_t slow_launches;  /* launches through here (the helper's idle test) */
@@ -99,6 +102,7 @@ static void reset(int d)
     pthread_mutex_init(&sl->mu, NULL);
     sl->resolved = 0, sl->entry = -1, sl->mode = M_UNKNOWN, sl->joined = 0, sl->gen = 0, sl->active = 0;
     sl->want_at = 0, sl->mk_ctx = 0, sl->no_marks = 0, sl->slow_launches = 0, sl->quiet_since = 0;
+    sl->issued = 0, sl->mk_n = 0;
     lb_mk_reset(&sl->mk);
     atomic_store(&lb_gates[d].open, 0);
     atomic_store(&lb_gates[d].left, 0);
@@ -242,14 +246,14 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
             if (sl->joined != g) {
                 lb_sched_join(e, g);
                 sl->joined = g, sl->gen++, sl->ctx = lb_cur_ctx(), sl->free_join = st == LB_GRANT_FREE;
-                sl->bound = lb_mk_bound(atomic_load((const _Atomic uint32_t *)&lb_grant->gpu[e].budget_us));
-                sl->quiet_since = now;
+                sl->budget_us = atomic_load((const _Atomic uint32_t *)&lb_grant->gpu[e].budget_us);
+                sl->join_at = sl->quiet_since = now;
                 ensure_helper();
             }
             int mark = st == LB_GRANT_RUN && !sl->no_marks;
             while (mark) {
                 poll_markers(sl, now);
-                if (lb_mk_room(&sl->mk, sl->bound))
+                if (lb_mk_room(&sl->mk, lb_mk_bound(sl->budget_us, now - sl->join_at)))
                     break;
                 pthread_mutex_unlock(&sl->mu);
                 nap(MARK_POLL_NS);
@@ -261,6 +265,8 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
             if (mark && atomic_load(wp) != w)
                 continue;
             atomic_store_explicit(&f->open, w, memory_order_relaxed);
+            if (mark)
+                sl->mk_n = sl->issued, sl->issued = sl->mk.batch;
             atomic_store_explicit(&f->left, mark ? (int32_t)sl->mk.batch : INT32_MAX, memory_order_relaxed);
             atomic_store_explicit(&f->word, wp, memory_order_relaxed);
             sl->slow_launches++;
@@ -296,7 +302,7 @@ void lb_gate_after(int d, CUstream s, int per_thread)
     }
     if (sl->mk_ctx != ctx) {
         lb_mk_reset(&sl->mk); /* the spare events are another context's */
-        sl->mk_ctx = ctx;
+        sl->mk_ctx = ctx, sl->mk_n = 0;
     }
     CUevent ev = (CUevent)lb_mk_spare(&sl->mk);
     lb_guard_enter();
@@ -309,8 +315,10 @@ void lb_gate_after(int d, CUstream s, int per_thread)
     }
     CUresult r = record(ev, stream);
     lb_guard_leave();
+    /* It covers the launches of the last batch after its first (its marker's) and this one. */
+    uint32_t n = sl->mk_n ? sl->mk_n : 1;
     if (r == CUDA_SUCCESS)
-        lb_mk_push(&sl->mk, ev, now_ns(), sl->mk.batch);
+        lb_mk_push(&sl->mk, ev, now_ns(), n);
     else if (sl->mk.nspare < LB_MK_RING)
         sl->mk.spare[sl->mk.nspare++] = ev;
     pthread_mutex_unlock(&sl->mu);

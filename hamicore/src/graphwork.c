@@ -127,31 +127,34 @@ static void work_of(CUgraphExec x, uint64_t *k, uint64_t *b)
     pthread_mutex_unlock(&g_mu);
 }
 
-static void __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
+/* The slow path: 1 + the device when the launch must be followed by its marker. */
+static int __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
 {
     int dev;
     if (lb_guard || lb_cur_device(&dev) != 0)
-        return;
+        return 0;
     uint64_t k, b;
     work_of(x, &k, &b);
     if (!k)
-        return; /* no kernel in it: nothing to gate */
-    /* The marker of the batch is recorded before this launch, not after it (graph.c launches):
-     * it then marks the work queued so far, and the next one this graph. */
-    if (lb_gate_enter(dev, s, per_thread, k, b))
-        lb_gate_after(dev, s, per_thread);
+        return 0; /* no kernel in it: nothing to gate */
+    return lb_gate_enter(dev, s, per_thread, k, b) ? dev + 1 : 0;
 }
 
-void lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
+int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
 {
     if (__builtin_expect(!lb_active(), 0))
-        return;
-    if (__builtin_expect(lb_launch_gated, 0)) {
-        if (!lb_gate_pass())
-            gate(x, s, per_thread);
-        return;
-    }
+        return 0;
+    if (__builtin_expect(lb_launch_gated, 0))
+        return lb_gate_pass() ? 0 : gate(x, s, per_thread);
     lb_mark_launch();
+    return 0;
+}
+
+CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread)
+{
+    if (__builtin_expect(mark != 0, 0) && r == CUDA_SUCCESS)
+        lb_gate_after(mark - 1, s, per_thread);
+    return r;
 }
 
 /* cuGraphExecUpdate: the executable graph takes the new graph's kernels. */

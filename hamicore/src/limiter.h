@@ -31,8 +31,11 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks);
  * updated, forget it when destroyed, and charge it at each launch. */
 void lb_graph_work_note(CUgraphExec x, CUgraph g);
 void lb_graph_work_forget(CUgraphExec x);
-/* A graph launch into stream s (per_thread: cuGraphLaunch_ptsz) asks the gate. */
-void lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread);
+/* A graph launch into stream s (per_thread: cuGraphLaunch_ptsz) asks the gate; what it returns
+ * goes to lb_graph_launched with the launch's result, which records the batch's marker (gate.h)
+ * after it and returns the result. */
+int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread);
+CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread);
 
 void lb_mark_launch_slow(void);
 /* Tell the node monitor that this container launched kernels (the `default` policy needs it

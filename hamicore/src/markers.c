@@ -1,6 +1,7 @@
-/* The queued-work bound (markers.h). Batches are sized so one takes about LB_MK_BATCH_NS of GPU
- * time: the time between two markers' completions over the launches between them (when the GPU
- * was idle before a batch, from its record instead), smoothed. A kernel longer than the bound gets one
+/* The queued-work bound (markers.h). Batches are sized so one takes about a quarter of the bound
+ * (at least LB_MK_BATCH_NS) of GPU time, a launch's time measured as the time between two
+ * markers' completions over the launches between them (when the GPU was idle before a batch,
+ * from its record instead), smoothed: the queue refills in steps of a quarter of the bound. A kernel longer than the bound gets one
  * batch of one launch in flight: the next waits for it (the GPU idles only for a launch's
  * latency between two such kernels). */
 #include "markers.h"
@@ -13,16 +14,23 @@ void lb_mk_reset(struct lb_markers *m)
     m->batch = 1;
 }
 
-int64_t lb_mk_bound(uint32_t budget_us)
+int64_t lb_mk_bound(uint32_t budget_us, int64_t elapsed_ns)
 {
-    int64_t b = (int64_t)budget_us * 1000 / 2;
-    if (!budget_us || b > LB_MK_QUEUE_MAX_NS)
+    if (!budget_us)
+        return LB_MK_QUEUE_OPEN_NS;
+    int64_t b = (int64_t)budget_us * 1000 - elapsed_ns;
+    if (b > LB_MK_QUEUE_MAX_NS)
         return LB_MK_QUEUE_MAX_NS;
     return b < LB_MK_QUEUE_MIN_NS ? LB_MK_QUEUE_MIN_NS : b;
 }
 
-int lb_mk_room(const struct lb_markers *m, int64_t bound)
+int lb_mk_room(struct lb_markers *m, int64_t bound)
 {
+    if (m->per_launch > 0) {
+        double ns = bound / 4 > LB_MK_BATCH_NS ? (double)(bound / 4) : (double)LB_MK_BATCH_NS;
+        double b = ns / m->per_launch;
+        m->batch = b < 1 ? 1 : b > LB_MK_BATCH_MAX ? LB_MK_BATCH_MAX : (uint32_t)b;
+    }
     if (m->count == 0)
         return 1;
     if (m->count >= LB_MK_RING)
@@ -45,10 +53,6 @@ void lb_mk_done(struct lb_markers *m, int64_t now)
     double per = now > from && k->n ? (double)(now - from) / k->n : 0;
     if (per > 0)
         m->per_launch = m->per_launch > 0 ? m->per_launch + (per - m->per_launch) / 4 : per;
-    if (m->per_launch > 0) {
-        double b = (double)LB_MK_BATCH_NS / m->per_launch;
-        m->batch = b < 1 ? 1 : b > LB_MK_BATCH_MAX ? LB_MK_BATCH_MAX : (uint32_t)b;
-    }
     m->last_done = now;
     if (m->nspare < LB_MK_RING)
         m->spare[m->nspare++] = k->ev;
@@ -60,7 +64,7 @@ void lb_mk_push(struct lb_markers *m, void *ev, int64_t now, uint32_t n)
 {
     if (m->count >= LB_MK_RING)
         return;
-    m->ring[(m->head + m->count) % LB_MK_RING] = (struct lb_marker){ev, now, n ? n : 1};
+    m->ring[(m->head + m->count) % LB_MK_RING] = (struct lb_marker){ev, now, n};
     m->count++;
 }
 

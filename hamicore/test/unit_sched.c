@@ -30,12 +30,17 @@ static void test_markers_first_batch_alone(void)
     CHECK(!lb_mk_room(&m, 1000 * MS));
 }
 
-static void test_markers_size_batches_to_a_millisecond(void)
+static void test_markers_size_batches_to_the_bound(void)
 {
     struct lb_markers m;
     lb_mk_reset(&m);
     lb_mk_push(&m, (void *)1, 0, 1);
     lb_mk_done(&m, 10000); /* one launch ran 10 µs */
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 10 * MS / 10000); /* a quarter of the bound */
+    CHECK(lb_mk_room(&m, 2 * MS));
+    CHECK_U64(m.batch, LB_MK_BATCH_NS / 10000); /* at least a millisecond */
+    CHECK(lb_mk_room(&m, 4 * MS));
     CHECK_U64(m.batch, LB_MK_BATCH_NS / 10000);
     CHECK_U64(m.nspare, 1);
     CHECK(lb_mk_spare(&m) == (void *)1);
@@ -61,6 +66,25 @@ static void test_markers_long_kernels_one_at_a_time(void)
     CHECK(!lb_mk_room(&m, 16 * MS)); /* the next waits for it */
 }
 
+static void test_markers_empty_marker_teaches_nothing(void)
+{
+    /* A graph's marker is recorded before its launch: the first marks an empty queue and
+     * completes at once; it must not make a launch look free (batches of thousands of graphs). */
+    struct lb_markers m;
+    lb_mk_reset(&m);
+    lb_mk_push(&m, (void *)1, 0, 0);
+    lb_mk_done(&m, 50000);
+    CHECK(m.per_launch == 0);
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 1);
+    lb_mk_push(&m, (void *)1, 60000, 1); /* covers the first graph: 7 ms */
+    CHECK(!lb_mk_room(&m, 40 * MS));
+    lb_mk_done(&m, 60000 + 7 * MS);
+    CHECK(m.per_launch > 6.9 * MS && m.per_launch < 7.1 * MS);
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 1); /* a quarter of 40 ms is one graph */
+}
+
 static void test_markers_measure_from_the_previous_completion(void)
 {
     struct lb_markers m;
@@ -76,10 +100,14 @@ static void test_markers_measure_from_the_previous_completion(void)
 
 static void test_markers_bound_follows_the_slice(void)
 {
-    CHECK_U64(lb_mk_bound(0), LB_MK_QUEUE_MAX_NS);      /* no planned end */
-    CHECK_U64(lb_mk_bound(1000000), LB_MK_QUEUE_MAX_NS); /* a second: capped */
-    CHECK_U64(lb_mk_bound(20000), 10 * MS);             /* half of 20 ms */
-    CHECK_U64(lb_mk_bound(2000), LB_MK_QUEUE_MIN_NS);   /* 1 ms: the floor */
+    CHECK_U64(lb_mk_bound(0, 0), LB_MK_QUEUE_OPEN_NS);          /* no planned end */
+    CHECK_U64(lb_mk_bound(0, 500 * MS), LB_MK_QUEUE_OPEN_NS);
+    CHECK_U64(lb_mk_bound(1000000, 0), LB_MK_QUEUE_MAX_NS);     /* a second: capped */
+    CHECK_U64(lb_mk_bound(20000, 0), 20 * MS);                  /* what is left of 20 ms ... */
+    CHECK_U64(lb_mk_bound(20000, 5 * MS), 15 * MS);
+    CHECK_U64(lb_mk_bound(20000, 18 * MS), LB_MK_QUEUE_MIN_NS); /* ... never under the floor */
+    CHECK_U64(lb_mk_bound(20000, 30 * MS), LB_MK_QUEUE_MIN_NS); /* past its planned end */
+    CHECK_U64(lb_mk_bound(2000, 0), LB_MK_QUEUE_MIN_NS);        /* 2 ms: the floor */
 }
 
 /* ---- the report's join word ---- */
@@ -303,7 +331,8 @@ static void test_controller_calibrates_only_when_it_may(void)
 
 const struct unit_test unit_sched_tests[] = {
     {"markers/first batch alone until measured", test_markers_first_batch_alone},
-    {"markers/batches sized to a millisecond, queue within the bound", test_markers_size_batches_to_a_millisecond},
+    {"markers/batches sized to a quarter of the bound, queue within it", test_markers_size_batches_to_the_bound},
+    {"markers/a marker of no launches teaches nothing", test_markers_empty_marker_teaches_nothing},
     {"markers/kernels longer than the bound go one at a time", test_markers_long_kernels_one_at_a_time},
     {"markers/a batch is timed from the previous completion", test_markers_measure_from_the_previous_completion},
     {"markers/the bound follows the slice", test_markers_bound_follows_the_slice},

@@ -211,7 +211,7 @@ func (g *GPU) Grant(key string) (schedproto.State, uint32, time.Duration) {
 	}
 	var d time.Duration
 	if s == g.holder && s.mode == modeLimited {
-		d = max(g.budget-s.drain, 0)
+		d = max(g.budget-s.drain, time.Microsecond) // planned to end at once: not "no end"
 	}
 	return s.state, s.grant, d
 }
@@ -462,8 +462,10 @@ func (g *GPU) judgeHolder(now time.Time, sum int) {
 		switch h.mode {
 		case modeLimited:
 			// The slice is the credit it started with (what it earns meanwhile is for its next
-			// one), less what its drain will take.
-			end = g.spent >= g.budget-h.drain
+			// one), less what its drain will take; but not before its first launch (a slice
+			// shorter than its drain, as of a kernel longer than a slice, would otherwise end
+			// before a launcher slower to wake than a step could use it).
+			end = g.spent >= g.budget-h.drain && j.Grant == h.grant
 
 		case modeShared:
 			end = g.readyLimited(now, sum, h) != nil || (now.Sub(g.start) >= g.cfg.Period && g.pickShared(now, h) != nil)

@@ -23,6 +23,7 @@ type workload struct {
 	think  time.Duration // CPU time after each burst's synchronisation
 	start  time.Duration // starts this late
 	stop   time.Duration // stops launching then (0: never)
+	wake   time.Duration // its launcher acts on a new grant this late (a loaded node's CPU)
 }
 
 type simCtr struct {
@@ -37,9 +38,12 @@ type simCtr struct {
 	qsum     time.Duration // sum of queue
 	head     time.Duration // work left of the running kernel
 	inBurst  int
+	launches int
 	thinking time.Duration // CPU time left before the next burst
 	idleFor  time.Duration // no launch, queue empty
 	wantTick time.Duration
+	seen     uint32        // the grant its launcher last saw ...
+	seenAt   time.Duration // ... since then
 	// scheduler side: what its grant word says
 	state schedproto.State
 	grant uint32
@@ -90,7 +94,10 @@ func (c *simCtr) wants(now time.Duration) bool {
 // lib is one step of the library: launch while allowed, report pending work, joins and drains.
 func (c *simCtr) lib(now time.Duration) {
 	allowed := c.state == schedproto.Run || c.state == schedproto.Free
-	if allowed && c.joined != c.grant && c.wants(now) {
+	if allowed && c.seen != c.grant {
+		c.seen, c.seenAt = c.grant, now
+	}
+	if allowed && c.joined != c.grant && c.wants(now) && now-c.seenAt >= c.w.wake {
 		j := c.rep.Join
 		if j.Grant != c.grant {
 			j = schedproto.Join{Grant: c.grant}
@@ -104,6 +111,7 @@ func (c *simCtr) lib(now time.Duration) {
 		c.queue = append(c.queue, c.w.kernel)
 		c.qsum += c.w.kernel
 		c.inBurst++
+		c.launches++
 		launched = true
 		if c.state == schedproto.Free && len(c.queue) > 1000 {
 			break
@@ -294,6 +302,16 @@ func TestLongKernelsAreCharged(t *testing.T) {
 	s.run(25 * time.Second)
 	within(t, "1 s kernels beside a neighbour", long.windows(), 0.30, 0.03)
 	within(t, "the neighbour", other.windows(), 0.50, 0.03)
+
+	// Its slices are shorter than its drain: each still starts its kernel, however late its
+	// launcher wakes (within JoinTimeout).
+	s = newSim(t, DefaultConfig())
+	long = s.add("long", 30, PolicyForce, 1, workload{kernel: time.Second, wake: 3 * time.Millisecond})
+	s.run(25 * time.Second)
+	within(t, "1 s kernels, a launcher that wakes 3 ms late", long.windows(), 0.30, 0.03)
+	if _, st := s.g.Stats(); st["long"].Slices > long.launches+1 {
+		t.Errorf("1 s kernels, a launcher that wakes 3 ms late: %d slices for %d kernels: slices ended before its launch", st["long"].Slices, long.launches)
+	}
 }
 
 func TestPolicies(t *testing.T) {
@@ -463,3 +481,4 @@ func TestUnreadableReport(t *testing.T) {
 		t.Errorf("ghost state %v, want wait", st)
 	}
 }
+

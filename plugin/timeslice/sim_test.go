@@ -481,4 +481,3 @@ func TestUnreadableReport(t *testing.T) {
 		t.Errorf("ghost state %v, want wait", st)
 	}
 }
-

@@ -39,7 +39,7 @@
 #define CALIB_EVERY_S 300       /* at most one calibration per container in 5 minutes */
 #define CALIB_JOIN_S 10         /* the calibrating process's other devices may join it this long */
 #define BLIND_MAX 100           /* after a calibration: at most 10 s waiting for its queue to drain */
-#define WORK_FACTOR_MAX 1.5     /* H200 GEMMs: 1.2-1.3 (1980 vs 1500 MHz); more is a broken reading */
+#define WORK_FACTOR_MAX 1.5     /* more is a broken reading (H200 GEMMs: 1.2-1.3, lab notes) */
 #define WORK_DEADBAND 0.02
 
 static _Atomic int64_t g_calib_won; /* CLOCK_REALTIME s when this process won the region's calibration */
@@ -138,9 +138,8 @@ static void calibration_step(int d, struct lb_bucket *b, int u, uint64_t units, 
     if (stop) {
         /* A stopped run's readings are not all its own, and its first instants filled the
          * launch queue (up to ~1 s of work in a few ms): nothing can be learned from it, not
-         * even a cost to pace the drain with (taken from its last half second it came out a
-         * third of the real one, and the drain ran at three times the limit). The rate stays
-         * the one before the run; after the drain the loop ramps as at a start. */
+         * even a cost to pace the drain with (lab notes). The rate stays the one before the
+         * run; after the drain the loop ramps as at a start. */
         b->steps = 0, b->cost = 0;
         b->blind = 1, b->drained = 0;
         LB_DEBUG("compute limit: device %d: calibration stopped: another container uses the GPU", d);
@@ -195,9 +194,8 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
         b->blind = 0;
     }
     /* NVML's utilisation is a whole percent: a reading of 1 may stand for 0.1 % or 1.4 %, so the
-     * cost of a unit taken from a reading that small can be off by ten times (on an H200 the
-     * first readings of a starting process made the loop cut its rate and ramp for 4 s instead
-     * of 2). Below u_min a reading only says "too little to show yet". */
+     * cost of a unit taken from a reading that small can be off by ten times (lab notes). Below
+     * u_min a reading only says "too little to show yet". */
     int u_min = b->limit >= 6 ? 3 : 1;
     if (sn->switched_off()) {
         /* Only measure: the cost of a unit, and the rate that would hold T with it. The
@@ -249,8 +247,7 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
          * means queued work: never wait for it), up half-way and bounded. The integral removes
          * the bias this asymmetry leaves. During the ramp an upward step follows the latest
          * reading: the smoothed cost still remembers the first, coarse readings of the start
-         * and would hold the rate low for a second or more (H200: a kernel mix took 4-5 s to
-         * reach a 30 % limit). */
+         * and would hold the rate low for a second or more (lab notes). */
         double dear = c > b->cost ? c : b->cost;
         double target = te / dear;
         if (ramp && hungry && te / c > (double)rate)

@@ -109,22 +109,12 @@ static int container_util(int d, uint64_t launched_in_window, int may_hold)
                     }
             if (found || launched_in_window == 0)
                 return sum > 100 ? 100 : (int)sum;
-            /* Work was launched but no sample is ours. Alone on the device, the device's
-             * reading is ours. Beside another container, if NVML lists one of our pids on the
-             * device, they can be matched, so our share is just below what NVML samples now:
-             * an H200 gives no sample to a process that barely ran beside a busy one, and none
-             * to work still queued behind a neighbour's. With the device saturated in the first
-             * seconds of an episode (our first launches wait behind a neighbour's queue) that
-             * is no reading: the rate is kept. Otherwise the whole device stands for it: below
-             * saturation queued work runs, so ours would show soon (holding there left two
-             * containers whose small shares NVML never sampled at their start rate), and later
-             * a saturated device may be our own overrun (on an H200, whose samples come once
-             * a second, holding then let a 50 % container run at 0.91).
-             * Taking it for the whole device made a neighbour that started beside a
-             * calibration's full queue see 100 %, learn a cost 150 times too high and starve
-             * itself for seconds; taking it for 0 (tried on an H200 with a 30 % and a 50 %
-             * container, whose samples under time-slicing come once a second in 20 % steps)
-             * let the 30 % one run at 0.68. */
+            /* Work was launched but no sample is ours. In an episode's first seconds, with the
+             * device saturated and a neighbour of ours listed by NVML, our launches wait behind
+             * the neighbour's queue: no reading (the rate is kept). Otherwise the whole device
+             * stands for it (alone, it is ours; below saturation ours shows soon). The readings
+             * an H200 gives and why the other choices failed: docs/benchmarks.md, "The fallback
+             * controller's lab notes". */
             int all = util_of(h);
             if (may_hold && all >= 95 && shared_now(d) && pids_listed(h, pids, np))
                 return -1;

@@ -51,8 +51,8 @@ struct lb_sched_grant_entry {
     uint8_t uuid[16];           /*  0  the GPU's UUID as cuDeviceGetUuid returns it; zero = unused */
     uint32_t word;              /* 16  state and sequence (above); accessed atomically */
     uint32_t grant_id;          /* 20  RUN: the slice's id, nonzero; written before the word */
-    uint32_t budget_us;         /* 24  RUN: the slice's length as granted, in µs (0: until revoked); the
-                                 *      library keeps at most half of it queued */
+    uint32_t budget_us;         /* 24  RUN: the slice's planned length, in µs (0: until revoked); the
+                                 *      library's queue bound follows what is left of it */
     uint32_t beat;              /* 28  the scheduler's heartbeat: bumped every 10 ms */
     uint32_t reserved[8];       /* 32 */
 };                              /* 64 */

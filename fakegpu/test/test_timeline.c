@@ -272,6 +272,12 @@ static void records(void) {
     fg_state_unlock(&a);
     at(&a, 101 * S);
     CHECK(a.sh->unit[0].total.kernels == 1);
+    /* Every queue taken (by other processes' slots): a launch on another unit is refused. */
+    for (int i = 0; i < FG_MAX_CHANNELS; i++)
+        if (!a.sh->chan[i].in_use)
+            a.sh->chan[i] = (fg_chan){.in_use = 1, .slot = 99, .unit = 1, .acct = -1};
+    CHECK(fg_state_submit(&a, 1, 10, 10) == -1);
+    CHECK(fg_state_submit(&a, 0, 10, 10) == 0); /* its own queue on unit 0 is still there */
     fg_state_unlock(&a);
     fg_state_detach(&a);
 }

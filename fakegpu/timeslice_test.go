@@ -2,9 +2,14 @@ package fakegpu_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"math"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/limitbed/limitbed/harness/gpuwork"
 )
 
 // launchRun is hamicore-launchprobe's JSON line, as far as these tests read it.
@@ -69,6 +74,44 @@ func TestTimeSlicedNeighbourIsNotQueuedBehindAFlood(t *testing.T) {
 	if len(f.Windows) >= 4 {
 		if got := meanAfter(f.Windows[:4], 2); got < 0.35 {
 			t.Errorf("flooding process beside it: busy %.3f (windows %v), want at least 0.35 (round robin, not starved)", got, f.Windows)
+		}
+	}
+}
+
+// NVML reads the same timeline the engine runs: two processes that keep their queues full, one
+// of 1 ms and one of 10 ms kernels, are time-sliced half and half, and each one's per-process
+// utilisation (the last 1 s) is its busy time in fakegpu's own record over the same second.
+func TestNVMLUtilisationFollowsTheTimeline(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "a16-16q")
+	short := h.launchprobe("--seconds", "4", "--kernel-us", "1000")
+	long := h.launchprobe("--seconds", "4", "--kernel-us", "10000")
+	defer func() { short(); long() }()
+	time.Sleep(2 * time.Second)
+	tool, ctx := filepath.Join(h.paths.Bin, "gpuwork"), context.Background()
+	before, err := gpuwork.Once(ctx, tool, h.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	procs := h.info().Devices[0].Processes
+	after, err := gpuwork.Once(ctx, tool, h.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(procs) != 2 {
+		t.Fatalf("NVML lists %+v, want the two processes", procs)
+	}
+	secs := float64(after.NowNS-before.NowNS) / 1e9
+	for _, p := range procs {
+		w0, err0 := before.ProcessWork(p.PID, 0)
+		w1, err1 := after.ProcessWork(p.PID, 0)
+		if err0 != nil || err1 != nil || p.SMUtil == nil {
+			t.Fatalf("pid %d: %v %v, sm_util %v", p.PID, err0, err1, p.SMUtil)
+		}
+		busy := 100 * float64(w1.Since(w0).BusyNS) / 1e9 / secs
+		if math.Abs(busy-50) > 5 || math.Abs(float64(*p.SMUtil)-busy) > 5 {
+			t.Errorf("pid %d: NVML %d %%, fakegpu's record %.1f %% busy over %.2f s; want both about 50 %% and within 5 of each other", p.PID, *p.SMUtil, busy, secs)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,30 @@ func TestNVMLUtilisationFollowsTheTimeline(t *testing.T) {
 		if math.Abs(busy-50) > 5 || math.Abs(float64(*p.SMUtil)-busy) > 5 {
 			t.Errorf("pid %d: NVML %d %%, fakegpu's record %.1f %% busy over %.2f s; want both about 50 %% and within 5 of each other", p.PID, *p.SMUtil, busy, secs)
 		}
+	}
+}
+
+// FAKEGPU_TIMESLICE_US and FAKEGPU_CONTAINER are checked like every other variable, and a GPU has
+// one time slice: a process asking for another one than the GPU runs fails cuInit, naming it.
+func TestTimesliceAndContainerAreChecked(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"FAKEGPU_TIMESLICE_US=9", "FAKEGPU_TIMESLICE_US=1000001", "FAKEGPU_TIMESLICE_US=1ms",
+		"FAKEGPU_CONTAINER=a b", "FAKEGPU_CONTAINER=" + strings.Repeat("x", 64), "FAKEGPU_CONTAINER=pod/ctr"} {
+		h := newHost(t, "a16-16q", v)
+		out, err := h.cmd("gpuinfo").CombinedOutput()
+		name, _, _ := strings.Cut(v, "=")
+		if err == nil || !strings.Contains(string(out), name) {
+			t.Errorf("gpuinfo with %s: err %v, output %s; want an error naming the variable", v, err, out)
+		}
+	}
+	h := newHost(t, "a16-16q", "FAKEGPU_TIMESLICE_US=2000", "FAKEGPU_CONTAINER=web-1.a_b")
+	if p := h.probe("--mib", "1"); str(p.Error) != "<nil>" {
+		t.Fatalf("first process: %+v", p)
+	}
+	other := *h
+	other.env = append(append([]string{}, h.env...), "FAKEGPU_TIMESLICE_US=1000")
+	out, stderr, code := other.run("cudaprobe", "--mib", "1")
+	if code != 1 || !strings.Contains(stderr, "FAKEGPU_TIMESLICE_US") || !strings.Contains(stderr, "2000 µs") {
+		t.Errorf("a process asking for 1000 µs on a GPU running 2000: exit %d, stdout %s, stderr %s; want exit 1 naming both", code, out, stderr)
 	}
 }

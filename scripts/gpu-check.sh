@@ -22,6 +22,7 @@
 #     overhead    native and library runs interleaved: alloc+free pairs, empty launches, init
 #     compute     the spin kernel, then limitbed bench compute --real
 #     torch       PyTorch eager and CUDA-graph GEMMs at 30/60 % force
+#     timeslice   the GPU's time slice between processes, as fakegpu models it (no library)
 # A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
-all_sections="memory paths frameworks legacy overhead compute torch"
+all_sections="memory paths frameworks legacy overhead compute torch timeslice"
 sections=${*:-$all_sections}
 for sec in $sections; do
 	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
@@ -263,6 +264,31 @@ if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 else
 	echo "SKIP PyTorch compute checks: python3 cannot import torch with CUDA here"
 fi
+fi
+
+if want timeslice; then
+# fakegpu time-slices processes' work: 1024 us slices, round robin, kernels preempted at a slice's
+# end (docs/fakegpu.md). The real GPU's: a process that synchronises after every 200 us spin kernel
+# waits, beside a process keeping its queue full of 10 ms kernels, for that process's slice before
+# each of its kernels (not for the whole queue, as one FIFO would make it). Its iteration time
+# beside the flood minus alone is the slice it waited. No library.
+echo "== time-slicing between processes: a process synchronising after every 200 us kernel, alone and beside a queue of 10 ms kernels"
+probe=$out/bin/hamicore-launchprobe
+steady() { sed -n 's/.*"windows":\[\([^]]*\)\].*/\1/p' <<<"$1" | awk -F, '{ s = 0; for (i = 2; i <= NF; i++) s += $i; printf "%.5f", (NF > 1 ? s / (NF - 1) : 0) }'; }
+alone=$("$probe" --seconds 5 --workload burst --burst 1 --kernel-us 200 2>&1)
+"$probe" --seconds 8 --kernel-us 10000 >"$work/flood.json" 2>&1 &
+flood_pid=$!
+sleep 1
+beside=$("$probe" --seconds 5 --workload burst --burst 1 --kernel-us 200 2>&1)
+wait $flood_pid
+echo "alone:  $alone"
+echo "beside: $beside"
+echo "flood:  $(cat "$work/flood.json")"
+it_alone=$(awk -v f="$(steady "$alone")" 'BEGIN { printf "%.0f", (f > 0 ? 200 / f : 1e9) }')
+it_beside=$(awk -v f="$(steady "$beside")" 'BEGIN { printf "%.0f", (f > 0 ? 200 / f : 1e9) }')
+echo "iteration alone ${it_alone} us, beside the flood ${it_beside} us: the GPU's time slice is about $((it_beside - it_alone)) us (fakegpu: 1024)"
+check "neighbour waits a slice, not the flood's queue" "time-sliced" \
+	"iteration ${it_beside} us $(awk -v b="$it_beside" 'BEGIN { print ((b < 50000) ? "time-sliced" : "queued-behind") }')"
 fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"

@@ -142,8 +142,10 @@ CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
             fg_event_submitted(unit);
         fg_state_unlock(&fg_cu.st);
         if (wait < 0) {
-            fg_log("no work queue left on the device for this process (%d queues, %d processes at most)",
-                   FG_MAX_CHANNELS, FG_MAX_SLOTS);
+            static int said;
+            if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+                fg_log("launch refused: no work queue left on the GPU for this process (%d queues and %d processes "
+                       "at most per host)", FG_MAX_CHANNELS, FG_MAX_SLOTS);
             return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
         }
         if (wait == 0)

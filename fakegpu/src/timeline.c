@@ -190,8 +190,9 @@ int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run_ns, uint64_t n
 }
 
 /* Between two turns of this queue every other queue with work gets a whole slice or runs dry;
- * this queue needs ceil(left / slice) more turns (fewer if it holds the engine now). So it cannot
- * have run before now + its work + what each other queue must run in the turns between. */
+ * this queue needs ceil(left / slice) more turns (fewer if it holds the engine now), and a queue
+ * that holds the engine now first finishes its slice. So this queue cannot have run before now +
+ * its own work + what each other queue must run before its last turn. */
 uint64_t fg_state_drain_at(fg_state *st, unsigned unit) {
     int ci = fg_state_queue(st, unit, 0);
     if (ci < 0 || st->sh->chan[ci].count == 0)
@@ -199,18 +200,21 @@ uint64_t fg_state_drain_at(fg_state *st, unsigned unit) {
     const fg_shared *sh = st->sh;
     const fg_unit *u = &sh->unit[unit];
     uint64_t slice = slice_of(sh), left = sh->chan[ci].queued, t = u->sim_at, gaps;
-    if (u->cur == ci && u->slice_end > t) {
-        uint64_t now = u->slice_end - t < left ? u->slice_end - t : left;
+    uint64_t rest = u->slice_end > t ? u->slice_end - t : 0; /* of the running queue's slice */
+    if (u->cur == ci && rest) {
+        uint64_t now = rest < left ? rest : left;
         gaps = (left - now + slice - 1) / slice;
     } else {
         gaps = (left + slice - 1) / slice - 1;
     }
-    uint64_t others = 0, cap = gaps > UINT64_MAX / slice ? UINT64_MAX : gaps * slice;
+    uint64_t others = 0, cap = gaps > UINT64_MAX / slice - 1 ? UINT64_MAX - slice : gaps * slice;
     for (int i = 0; i < FG_MAX_CHANNELS; i++) {
-        uint64_t q = sh->chan[i].queued < cap ? sh->chan[i].queued : cap;
-        if (i != ci && has_work(sh, i, unit))
-            others = others > UINT64_MAX - q ? UINT64_MAX : others + q;
+        if (i == ci || !has_work(sh, i, unit))
+            continue;
+        uint64_t most = cap + (i == u->cur ? rest : 0);
+        uint64_t q = sh->chan[i].queued < most ? sh->chan[i].queued : most;
+        others = others > UINT64_MAX - q ? UINT64_MAX : others + q;
     }
-    uint64_t at = t + left + others;
-    return at < t || others > UINT64_MAX - left ? UINT64_MAX : at;
+    uint64_t wait = others > UINT64_MAX - left ? UINT64_MAX : others + left;
+    return wait > UINT64_MAX - t ? UINT64_MAX : t + wait;
 }

@@ -161,11 +161,21 @@ static void two_queues(void) {
     fg_state_unlock(&a);
     at(&a, t + 4 * MS);
     CHECK(fg_state_drain_at(&a, 0) == 0);
+    /* Queued while theirs holds the engine: it finishes its slice first (a bound that counts that
+     * wakes a synchronising process when its work has run, not once per poll before). */
     fg_state_unlock(&a);
-    at(&a, t + 20 * MS); /* theirs alone from 4 ms: done at 12 ms */
+    at(&a, t + 4 * MS + MS / 4);
+    CHECK(fg_state_submit(&a, 0, 1 * MS, 1 * MS) == 0);
+    bound = fg_state_drain_at(&a, 0);
+    CHECK_MSG(bound == t + 6 * MS, "drain bound %llu us after t", (unsigned long long)((bound - t) / 1000));
+    fg_state_unlock(&a);
+    at(&a, t + 6 * MS);
+    CHECK(fg_state_drain_at(&a, 0) == 0);
+    fg_state_unlock(&a);
+    at(&a, t + 20 * MS); /* theirs alone from 6 ms: done at 13 ms */
     CHECK(theirs && theirs->w[0].kernels == 1 && theirs->w[0].work_ns == 10 * MS && theirs->w[0].busy_ns == 10 * MS);
-    CHECK(a.sh->unit[0].total.busy_ns == 12 * MS && a.sh->unit[0].total.work_ns == 12 * MS);
-    CHECK(fg_state_util(&a, 0, 0, t + 20 * MS, 20 * MS) == 60);
+    CHECK(a.sh->unit[0].total.busy_ns == 13 * MS && a.sh->unit[0].total.work_ns == 13 * MS);
+    CHECK(fg_state_util(&a, 0, 0, t + 20 * MS, 20 * MS) == 65);
     const fg_group *g = group_named(&a, "theirs");
     CHECK(g && g->w[0].work_ns == 10 * MS && g->w[0].kernels == 1);
     fg_state_unlock(&a);
@@ -262,6 +272,12 @@ static void records(void) {
     fg_state_unlock(&a);
     at(&a, 101 * S);
     CHECK(a.sh->unit[0].total.kernels == 1);
+    /* Every queue taken (by other processes' slots): a launch on another unit is refused. */
+    for (int i = 0; i < FG_MAX_CHANNELS; i++)
+        if (!a.sh->chan[i].in_use)
+            a.sh->chan[i] = (fg_chan){.in_use = 1, .slot = 99, .unit = 1, .acct = -1};
+    CHECK(fg_state_submit(&a, 1, 10, 10) == -1);
+    CHECK(fg_state_submit(&a, 0, 10, 10) == 0); /* its own queue on unit 0 is still there */
     fg_state_unlock(&a);
     fg_state_detach(&a);
 }

@@ -19,6 +19,26 @@ for sc in force-30-50-mix force-8x8-gpus; do
 	fi
 	echo "$out"
 done
+printf '\n=== the node scheduler on fakegpu (vgpu-scheduler as a process; root: private mount namespaces)\n'
+if [ "$(id -u)" != 0 ]; then
+	echo "skipped: needs root (each container in a private mount namespace with its grant file)"
+else
+	make -s go OUT="$PWD/build"
+	if command -v valgrind >/dev/null; then
+		go run ./harness/cmd/limitbed bench gate --build "$PWD/build"
+	else
+		echo "bench gate skipped: needs valgrind"
+	fi
+	# Switching cost: two busy containers whose limits sum to 100 %: the GPU time not busy.
+	# Scheduler CPU: 8 GPUs x 8 containers.
+	for args in "--container name=a,limit=50 --container name=b,limit=50" "--scenario force-30-50-mix" "--scenario force-8x8-gpus"; do
+		# shellcheck disable=SC2086 # the container specs are separate words
+		if ! out=$(go run ./harness/cmd/limitbed bench compute --build "$PWD/build" --scheduler $args --tolerance 0.03 2>&1); then
+			grep -q 'OUT OF BOUNDS' <<<"$out" || { echo "$out"; exit 1; }
+		fi
+		echo "$out"
+	done
+fi
 if [ -d plugin ]; then
 	printf '\n=== device plugin Allocate (Go benchmarks)\n'
 	go test -run '^$' -bench . -benchmem -count=1 ./plugin/...

@@ -12,8 +12,9 @@ type Config struct {
 	// Period: the containers that want a GPU get slices in proportion to their limits over a
 	// period, and one that is owed time gets its slice within a period.
 	Period time.Duration
-	// Tick: how often a running slice is judged again (an idle holder, an unthrottled holder to
-	// make way, new pending work).
+	// Tick: how often the GPU is judged again when nothing else wakes the node loop (new pending
+	// work, an unthrottled holder to make way); the holder's launches and drains ring its bell,
+	// and a slice's end is timed.
 	Tick time.Duration
 	// DrainWait: how long the next slice waits for the last one's work to drain before it starts
 	// anyway (a kernel longer than that overlaps it; both are charged half of the overlap).
@@ -39,7 +40,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Period:      100 * time.Millisecond,
-		Tick:        2 * time.Millisecond,
+		Tick:        5 * time.Millisecond,
 		DrainWait:   10 * time.Millisecond,
 		JoinTimeout: 50 * time.Millisecond,
 		JoinGrace:   2 * time.Millisecond,
@@ -222,15 +223,6 @@ func (g *GPU) Holder() (key string, grant uint32, since time.Time, ok bool) {
 		return "", 0, time.Time{}, false
 	}
 	return g.holder.id.Key, g.holder.grant, g.start, true
-}
-
-// Joining names the holder whose processes have not started launching in its slice yet: the node
-// loop sleeps on its report's bell, which the first launch rings, to charge the slice from then.
-func (g *GPU) Joining() (string, bool) {
-	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant != h.grant {
-		return h.id.Key, true
-	}
-	return "", false
 }
 
 // Draining names the container whose revoked slice the next one waits for, if any: the node

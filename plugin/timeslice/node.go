@@ -304,7 +304,7 @@ func (c *ctr) obsJoin(i int) string {
 const bellGap = 200 * time.Microsecond
 
 // loop runs one GPU: observe the reports, step, write the grants that changed, beat; then sleep
-// until the GPU's next step, on the draining container's bell when it waits for a drain.
+// until the GPU's next step, on the holder's bell while a slice is held or drains.
 func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 	var beat time.Time
 	timer := time.NewTimer(time.Hour)
@@ -356,9 +356,11 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 				n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
 			}
 		}
+		// The holder's bell rings at its first launch (its slice is charged from then) and when
+		// its work drained (revoked, or idle: the GPU can go to the next one at once).
 		key, ok := l.g.Draining()
 		if !ok {
-			key, ok = l.g.Joining()
+			key, _, _, ok = l.g.Holder()
 		}
 		if ok {
 			if m := l.members[key]; m != nil && m.c.report != nil {

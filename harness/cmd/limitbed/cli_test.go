@@ -157,3 +157,19 @@ func TestBenchSharedFlags(t *testing.T) {
 		t.Errorf("--scenario list: exit %d, %q", code, out.String())
 	}
 }
+
+func TestBusyAfter(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{0, 0.5, 1, 0.9}, 0.95},
+		{[]float64{0, 0.5, -1, 0.9}, 0.9},
+		{[]float64{0.3, 0.5}, -1},
+		{nil, -1},
+	} {
+		if got := busyAfter(tc.in, 2); got < tc.want-1e-9 || got > tc.want+1e-9 {
+			t.Errorf("busyAfter(%v, 2) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

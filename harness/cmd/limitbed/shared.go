@@ -132,6 +132,13 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 		}
 	} else {
 		computebench.ReportShared(env.stdout, res, f.perWindow)
+		if sched != nil {
+			// With every container busy and the limits summing to 100 %, the time a GPU was not
+			// busy is what switching slices costs (docs/benchmarks.md, "The node scheduler").
+			for _, g := range res.GPUs {
+				fmt.Fprintf(env.stdout, "GPU %d busy after the first 2 s: %.3f\n", g.GPU, busyAfter(g.Busy, 2))
+			}
+		}
 	}
 	if !res.OK() {
 		return &exitError{1, fmt.Errorf("a container out of its bounds")}
@@ -140,4 +147,19 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 		fmt.Fprintln(env.stdout, "bench compute: every judged container within bounds")
 	}
 	return nil
+}
+
+// busyAfter is the mean of the 1 s busy windows from the from-th on (a window without readings,
+// -1, is left out); -1 when there is none.
+func busyAfter(windows []float64, from int) float64 {
+	sum, n := 0.0, 0
+	for i := from; i < len(windows); i++ {
+		if windows[i] >= 0 {
+			sum, n = sum+windows[i], n+1
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	return sum / float64(n)
 }

@@ -81,8 +81,25 @@ func (s *Scheduled) Prepare(ctx context.Context, c Container, dir string, cmd *e
 	return nil
 }
 
-// record writes what the device plugin writes at Allocate for the container.
+// record writes what the device plugin writes at Allocate for the container, its GPU named by
+// the fakegpu profile.
 func (s *Scheduled) record(c Container, containers, grants, key string, env map[string]string) error {
+	gpus, err := node.ReadProfile(filepath.Join(env["FAKEGPU_PROFILE_DIR"], env["FAKEGPU_PROFILE"]+".profile"))
+	if err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	if c.GPU < 0 || c.GPU >= len(gpus) {
+		return fmt.Errorf("container %s: GPU %d, the profile has %d", c.Name, c.GPU, len(gpus))
+	}
+	return RecordContainer(containers, grants, key, c, gpus[c.GPU].UUID)
+}
+
+// RecordContainer writes what the device plugin writes at Allocate for a container with the
+// compute scheduler on the node: <containers>/<key>.limits (its compute limit, policy and
+// priority; its usage cache at /usr/local/vgpu, the container's directory <containers>/<key>,
+// made here) and its grant file <grants>/<key>.grant naming the GPU gpuUUID. A real GPU's
+// processes run with them too (scripts/gpu-check.sh, `limitbed bench pod`).
+func RecordContainer(containers, grants, key string, c Container, gpuUUID string) error {
 	vars := map[string]string{
 		"CUDA_DEVICE_SM_LIMIT": strconv.Itoa(c.Limit), "GPU_CORE_UTILIZATION_POLICY": c.Policy,
 		"CUDA_TASK_PRIORITY": strconv.Itoa(c.Priority), "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/usage.cache",
@@ -91,18 +108,14 @@ func (s *Scheduled) record(c Container, containers, grants, key string, env map[
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
+	if err := os.MkdirAll(filepath.Join(containers, key), 0o755); err != nil {
+		return fmt.Errorf("container %s: %w", c.Name, err)
+	}
 	pub := limitsfile.Publisher{}
 	if err := pub.Publish(filepath.Join(containers, key+limitsfile.Suffix), data); err != nil {
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}
-	gpus, err := node.ReadProfile(filepath.Join(env["FAKEGPU_PROFILE_DIR"], env["FAKEGPU_PROFILE"]+".profile"))
-	if err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
-	}
-	if c.GPU < 0 || c.GPU >= len(gpus) {
-		return fmt.Errorf("container %s: GPU %d, the profile has %d", c.Name, c.GPU, len(gpus))
-	}
-	u, err := schedproto.ParseUUID(gpus[c.GPU].UUID)
+	u, err := schedproto.ParseUUID(gpuUUID)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}

@@ -52,14 +52,49 @@ func runGateBench(ctx context.Context, env *cliEnv, args []string) error {
 	return nil
 }
 
+// runPodFiles: `limitbed bench pod`: the files the device plugin writes at Allocate for a container
+// on a node with the compute scheduler (its limits file, cache directory and grant file), for
+// processes started by hand on a real GPU (scripts/gpu-check.sh, section sched).
+func runPodFiles(env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("bench pod", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	hook := fs.String("hook", "", "the node's hook path: files go to HOOK/vgpu/containers and HOOK/vgpu/sched (required)")
+	gpu := fs.String("gpu", "", "the container's GPU: its UUID, as nvidia-smi --query-gpu=uuid prints it (required)")
+	spec := fs.String("container", "", "the container: name=N,limit=L[,policy=force|default|disable][,priority=P] (required); its key is N_main")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if *hook == "" || *gpu == "" || *spec == "" || fs.NArg() > 0 {
+		return &exitError{2, fmt.Errorf("bench pod: --hook, --gpu and --container are required (and nothing else)")}
+	}
+	c, err := computebench.ParseContainer(*spec, 0)
+	if err != nil {
+		return &exitError{2, fmt.Errorf("--container: %w", err)}
+	}
+	if c.Policy == "none" {
+		return &exitError{2, fmt.Errorf("--container: policy none has no files")}
+	}
+	key := c.Name + "_main"
+	containers, grants := filepath.Join(*hook, "vgpu", "containers"), filepath.Join(*hook, "vgpu", "sched")
+	if err := computebench.RecordContainer(containers, grants, key, c, *gpu); err != nil {
+		return &exitError{1, fmt.Errorf("bench pod: %w", err)}
+	}
+	fmt.Fprintf(env.stdout, "%s %s %s\n", filepath.Join(containers, key), filepath.Join(containers, key+".limits"),
+		filepath.Join(grants, key+".grant"))
+	return nil
+}
+
 // runBench: `limitbed bench compute` (the only benchmark it runs so far): each workload alone per
 // policy, or with --container/--scenario several containers sharing fakegpu's GPUs (shared.go).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && args[0] == "gate" {
 		return runGateBench(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "pod" {
+		return runPodFiles(env, args[1:])
+	}
 	if len(args) == 0 || args[0] != "compute" {
-		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|gate [flags] (run with -h for the flags)")}
+		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|gate|pod [flags] (run with -h for the flags)")}
 	}
 	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)

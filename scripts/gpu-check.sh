@@ -23,6 +23,7 @@
 #     compute     the spin kernel, then limitbed bench compute --real
 #     torch       PyTorch eager and CUDA-graph GEMMs at 30/60 % force
 #     timeslice   the GPU's time slice between processes, as fakegpu models it (no library)
+#     sched       two PyTorch pods on one GPU under vgpu-scheduler: 30 % + 50 % and 10 % + 90 % force
 # A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
-all_sections="memory paths frameworks legacy overhead compute torch timeslice"
+all_sections="memory paths frameworks legacy overhead compute torch timeslice sched"
 sections=${*:-$all_sections}
 for sec in $sections; do
 	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
@@ -289,6 +290,62 @@ it_beside=$(awk -v f="$(steady "$beside")" 'BEGIN { printf "%.0f", (f > 0 ? 200 
 echo "iteration alone ${it_alone} us, beside the flood ${it_beside} us: the GPU's time slice is about $((it_beside - it_alone)) us (fakegpu: 1024)"
 check "neighbour waits a slice, not the flood's queue" "time-sliced" \
 	"iteration ${it_beside} us $(awk -v b="$it_beside" 'BEGIN { print ((b < 50000) ? "time-sliced" : "queued-behind") }')"
+fi
+
+if want sched; then
+# The node scheduler (docs/plugin.md, "vgpu-scheduler"): two pods on one GPU, each a PyTorch
+# process in a private mount namespace set up as the device plugin sets up a container (its
+# limits at /overrideEnv, its cache directory at /usr/local/vgpu, its grant file read-only at
+# /usr/local/vgpu/sched.grant), vgpu-scheduler driving the grant files. Judged by completed work:
+# each pod's GEMMs per 1 s window (each window ends with a synchronisation) over the same
+# workload's rate alone and unlimited, every 10 s window after its first 2 s within its limit +-
+# 0.02.
+sched_s=${SCHED_SECONDS:-20}
+echo "== the node scheduler: two PyTorch pods on one GPU, 30 % + 50 % and 10 % + 90 % force, ${sched_s} s runs"
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	echo "SKIP the node scheduler: python3 cannot import torch with CUDA here"
+elif ! command -v go >/dev/null && { [ ! -x "$out/bin/vgpu-scheduler" ] || [ ! -x "$out/bin/limitbed" ]; }; then
+	echo "SKIP the node scheduler: no Go toolchain here, and no $out/bin/vgpu-scheduler and $out/bin/limitbed built elsewhere"
+else
+	if command -v go >/dev/null; then
+		go build -o "$out/bin/vgpu-scheduler" ./plugin/cmd/vgpu-scheduler
+		go build -o "$out/bin/limitbed" ./harness/cmd/limitbed
+	fi
+	tc=$root/harness/gpu/torch_compute.py
+	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
+	CUDA_VISIBLE_DEVICES=$uuid python3 "$tc" run --mode eager --seconds "$sched_s" >"$work/sched-free.json" 2>"$work/sched-free.err" ||
+		check "sched: unlimited run" "torch-run-succeeded" "$(cat "$work/sched-free.err")"
+	for pair in "30 50" "10 90"; do
+		read -r l1 l2 <<<"$pair"
+		hook=$work/sched-$l1-$l2
+		mkdir -p "$hook"
+		for lim in $l1 $l2; do
+			"$out/bin/limitbed" bench pod --hook "$hook" --gpu "$uuid" --container "name=p$lim,limit=$lim,policy=force" >/dev/null
+		done
+		"$out/bin/vgpu-scheduler" --hook-path="$hook" --metrics-address= 2>"$hook/scheduler.log" &
+		spid=$!
+		pids=()
+		for lim in $l1 $l2; do
+			key=p${lim}_main
+			hamicore/test/privatens --preload "$lib" --override-env "$hook/vgpu/containers/$key.limits" \
+				--bind /usr/local/nvidia --bind "$root" --mount "/usr/local/vgpu=$hook/vgpu/containers/$key" \
+				--mount-ro "/usr/local/vgpu/sched.grant=$hook/vgpu/sched/$key.grant" -- \
+				/usr/bin/env CUDA_VISIBLE_DEVICES="$uuid" LIBCUDA_LOG_LEVEL=3 \
+				python3 "$tc" run --mode eager --seconds "$sched_s" >"$hook/$key.json" 2>"$hook/$key.err" &
+			pids+=($!)
+		done
+		wait "${pids[@]}"
+		kill -TERM $spid
+		wait $spid
+		for lim in $l1 $l2; do
+			key=p${lim}_main
+			check "sched $l1+$l2: pod $lim % followed the scheduler" "launches follow the node scheduler" "$(cat "$hook/$key.err")"
+			check "sched $l1+$l2: pod $lim % force, eager GEMMs" "within" \
+				"$(python3 "$tc" judge "$work/sched-free.json" "$hook/$key.json" --limit "$lim" --tol 0.02 2>&1)"
+		done
+		echo "scheduler: $(grep -c . "$hook/scheduler.log") log lines; $(tail -1 "$hook/scheduler.log")"
+	done
+fi
 fi
 
 echo "== log lines printed by the library at the default level, one CUDA process: $(env LD_PRELOAD="$lib" "${envlimit[@]}" "$bin/cudart_probe" alloc 16 2>&1 >/dev/null | wc -l)"

@@ -25,7 +25,7 @@ func GrantPath(hookPath, key string) string {
 }
 
 // grantMount publishes the container's grant file, naming its GPUs in its device order with every
-// entry off (until vgpu-scheduler drives them, the library paces itself), and mounts it
+// entry Wait (the library waits for vgpu-scheduler's first word, at most 0.5 s), and mounts it
 // read-only at ContainerGrantPath. A failure fails the allocation: with the scheduler deployed, a
 // container without its grant file would pace itself beside scheduled neighbours.
 func (a *Allocator) grantMount(resp *pluginapi.ContainerAllocateResponse, key string, devs annotations.ContainerDevices) error {

@@ -19,7 +19,7 @@ type GrantSpec struct {
 	Period time.Duration // the scheduler's period, for the library's log; 0 = not known yet
 }
 
-// Bytes renders a new grant file.
+// Bytes renders a new grant file: every entry Wait.
 func (s GrantSpec) Bytes() ([]byte, error) {
 	if len(s.GPUs) == 0 || len(s.GPUs) > MaxGPUs {
 		return nil, fmt.Errorf("grant file: %d GPUs, want 1..%d", len(s.GPUs), MaxGPUs)
@@ -35,6 +35,10 @@ func (s GrantSpec) Bytes() ([]byte, error) {
 			return nil, fmt.Errorf("grant file: GPU %d has no UUID", i)
 		}
 		copy(b[entries+i*entrySize+offUUID:], u[:])
+		// Wait, with a heartbeat that has not moved: the library waits for the scheduler's first
+		// word (its scan finds the file within 200 ms) rather than pacing itself meanwhile, and
+		// paces itself after 0.5 s if no scheduler comes.
+		ne.PutUint32(b[entries+i*entrySize+offWord:], Word(0, Wait))
 	}
 	return b, nil
 }

@@ -91,8 +91,8 @@ func TestGrantFile(t *testing.T) {
 	if len(g.GPUs()) != 2 || g.GPUs()[1] != gpuB {
 		t.Fatalf("GPUs %v", g.GPUs())
 	}
-	if seq, s := g.Load(1); seq != 0 || s != Off {
-		t.Fatalf("new entry: seq %d state %v, want 0 off", seq, s)
+	if seq, s := g.Load(1); seq != 0 || s != Wait {
+		t.Fatalf("new entry: seq %d state %v, want 0 wait", seq, s)
 	}
 	g.Set(1, Run, 42, 30*time.Millisecond)
 	g.Beat(1)
@@ -101,7 +101,7 @@ func TestGrantFile(t *testing.T) {
 	}
 	data, _ := os.ReadFile(p)
 	gpus, words, err := DecodeGrant(data)
-	if err != nil || len(gpus) != 2 || words[1] != Word(1, Run) || words[0] != Word(0, Off) {
+	if err != nil || len(gpus) != 2 || words[1] != Word(1, Run) || words[0] != Word(0, Wait) {
 		t.Fatalf("DecodeGrant: %v %v %v", gpus, words, err)
 	}
 	if got := *(*uint32)(unsafe.Pointer(&data[entries+entrySize+offGrantID])); got != 42 {

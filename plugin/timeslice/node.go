@@ -201,6 +201,7 @@ func (n *Node) identify(c *ctr) {
 		if !c.logged {
 			n.Logger.Error(err, "Container not scheduled: its library paces itself", "container", c.key)
 			c.logged = true
+			n.off(c, nil)
 		}
 		return
 	case err != nil:
@@ -217,6 +218,7 @@ func (n *Node) identify(c *ctr) {
 			delete(c.on, u)
 		}
 	}
+	n.off(c, c.on)
 	c.grant.SetPeriod(n.Config.Period)
 	n.Logger.Info("Scheduling container", "container", c.key, "gpus", len(c.on), "limit", id.Limit, "policy", id.Policy, "priority", id.Priority)
 }
@@ -265,8 +267,24 @@ func (n *Node) join(ctx context.Context, c *ctr) {
 		}
 		l.mu.Lock()
 		l.g.Put(c.id)
-		l.members[c.key] = &member{c: c, idx: i, written: schedproto.Off}
+		_, st := c.grant.Load(i) // what the file says now: a new file's Wait, or a predecessor's word
+		l.members[c.key] = &member{c: c, idx: i, written: st}
 		l.mu.Unlock()
+	}
+}
+
+// off sets Off every entry of c's grant file but the driven ones (nil: all): a new grant file's
+// entries start Wait, and the library of a container the node does not schedule on a GPU must
+// pace itself there at once.
+func (n *Node) off(c *ctr, driven map[schedproto.UUID]int) {
+	for i := range c.grant.GPUs() {
+		keep := false
+		for _, j := range driven {
+			keep = keep || j == i
+		}
+		if !keep {
+			c.grant.Set(i, schedproto.Off, 0, 0)
+		}
 	}
 }
 

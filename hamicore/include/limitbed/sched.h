@@ -42,7 +42,8 @@
 #define LB_GRANT_STATE_MASK 3u
 #define LB_GRANT_SEQ_SHIFT 2
 #define LB_GRANT_OFF 0u  /* the scheduler does not drive this GPU for this container: pace alone */
-#define LB_GRANT_WAIT 1u /* another container's turn: launches wait */
+#define LB_GRANT_WAIT 1u /* another container's turn: launches wait (a new file's state: until the
+                          * scheduler's first word, or 0.5 s of a silent heartbeat) */
 #define LB_GRANT_RUN 2u  /* this container's slice (grant_id names it): launch, report the drain */
 #define LB_GRANT_FREE 3u /* not held (policy, no contender): launch freely */
 

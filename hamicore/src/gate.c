@@ -377,7 +377,11 @@ static void tick(int d, struct slow *sl, int64_t now)
     }
     if (sl->free_join)
         return;
+    unsigned queued = sl->mk.count;
     poll_markers(sl, now);
+    if (sl->mk.count < queued)
+        sl->quiet_since = now; /* idle is measured from when its queue ran dry, not from its last
+                                * launch: a synchronisation after a burst is not idleness */
     if (!launched && !sl->mk.count && now - sl->quiet_since >= IDLE_NS)
         drain(d, sl); /* idle: its slice can go to another container */
 }
@@ -394,6 +398,9 @@ static void *helper(void *arg)
         (void)xmode(&relaxed);
     for (;;) {
         int held = 0, one = -1, free_only = 1;
+        /* Read before the scan: a launcher that joins during it (after its device was looked at)
+         * kicks, and the wait below returns at once instead of sleeping through its slice. */
+        uint32_t kick = atomic_load(&g_kick);
         int64_t now = now_ns();
         for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
             struct slow *sl = &g_slow[d];
@@ -406,9 +413,8 @@ static void *helper(void *arg)
             pthread_mutex_unlock(&sl->mu);
         }
         if (!held) {
-            uint32_t k = atomic_load(&g_kick);
             struct timespec ts = {1, 0};
-            syscall(SYS_futex, &g_kick, FUTEX_WAIT_PRIVATE, k, &ts, NULL, 0);
+            syscall(SYS_futex, &g_kick, FUTEX_WAIT_PRIVATE, kick, &ts, NULL, 0);
         } else if (held == 1) {
             pthread_mutex_lock(&g_slow[one].mu);
             int e = g_slow[one].entry;

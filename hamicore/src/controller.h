@@ -27,8 +27,8 @@ struct lb_bucket {
     _Atomic uint32_t sm;        /* SM count (blocks per unit), 0 until asked */
     _Atomic int64_t calib_until; /* CLOCK_MONOTONIC ns: calibrating (unthrottled) until then; 0 = not */
     _Atomic int calib_asked;    /* the first throttled launch came: the watcher decides on a calibration */
-    _Atomic int scheduled;      /* the node scheduler drove the device: paced again only while it is gone, never
-                                 * with an unthrottled calibration run (docs/hamicore.md) */
+    _Atomic int scheduled;      /* the grant file names the device: paced only while the scheduler is away,
+                                 * never with an unthrottled calibration run (docs/hamicore.md) */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* watcher-only state */
     uint64_t seen;              /* `launched` at the previous control step */

@@ -132,7 +132,6 @@ static void say(struct slow *sl, int d, enum mode m, const char *why)
     if (sl->mode == m)
         return;
     if (m == M_SCHED) {
-        lb_limiter_scheduled(d);
         LB_INFO("compute limit: device %d: launches follow the node scheduler's slices", d);
     }
     else if (sl->mode == M_SCHED)
@@ -157,6 +156,9 @@ static void resolve(int d, struct slow *sl)
         lb_guard_leave();
         if (sl->entry < 0)
             say(sl, d, M_SELF, "its GPU is not in the grant file");
+        else
+            lb_limiter_scheduled(d); /* paced alone only while the scheduler is away: never an
+                                      * unthrottled calibration run beside its slices */
     }
     sl->seen = sl->entry >= 0 ? lb_sched_beat(sl->entry) : 0;
     sl->seen_at = now_ns();

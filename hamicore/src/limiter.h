@@ -20,8 +20,8 @@ void lb_limiter_init(void);
 void lb_limiter_after_fork(void);
 /* 1 if device dev is paced when no scheduler drives it. */
 int lb_limiter_limited(int dev);
-/* The node scheduler drives device dev: its pacing, should the scheduler go, starts without an
- * unthrottled calibration run. */
+/* The grant file names device dev (the node scheduler drives it): its pacing, whenever the
+ * scheduler is away, runs without an unthrottled calibration run. */
 void lb_limiter_scheduled(int dev);
 /* Wait until device dev may start `kernels` kernels of `blocks` thread blocks in all (a launch:
  * 1 and its grid; a graph: its kernel nodes), then charge them. */

@@ -28,7 +28,10 @@ int lb_mk_room(struct lb_markers *m, int64_t bound)
 {
     if (m->per_launch > 0) {
         double ns = bound / 4 > LB_MK_BATCH_NS ? (double)(bound / 4) : (double)LB_MK_BATCH_NS;
-        double b = ns / m->per_launch;
+        double b = ns / m->per_launch, most = 2.0 * m->batch; /* up at most twice per batch: the
+                                                              * first launches measured may be a
+                                                              * mix's shortest */
+        b = b > most ? most : b;
         m->batch = b < 1 ? 1 : b > LB_MK_BATCH_MAX ? LB_MK_BATCH_MAX : (uint32_t)b;
     }
     if (m->count == 0)

@@ -36,8 +36,9 @@ static void test_markers_size_batches_to_the_bound(void)
     lb_mk_reset(&m);
     lb_mk_push(&m, (void *)1, 0, 1);
     lb_mk_done(&m, 10000); /* one launch ran 10 µs */
-    CHECK(lb_mk_room(&m, 40 * MS));
-    CHECK_U64(m.batch, 10 * MS / 10000); /* a quarter of the bound */
+    for (int i = 0; i < 12; i++) /* batches double up to ... */
+        CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 10 * MS / 10000); /* ... a quarter of the bound */
     CHECK(lb_mk_room(&m, 2 * MS));
     CHECK_U64(m.batch, LB_MK_BATCH_NS / 10000); /* at least a millisecond */
     CHECK(lb_mk_room(&m, 4 * MS));
@@ -52,6 +53,26 @@ static void test_markers_size_batches_to_the_bound(void)
     lb_mk_push(&m, (void *)2, 30000, m.batch);
     CHECK(!lb_mk_room(&m, 4 * MS));
     CHECK(lb_mk_room(&m, 8 * MS));
+}
+
+static void test_markers_batches_grow_at_most_twice(void)
+{
+    /* A shape mix: the first measured launch may be a 40 µs one among 2 ms ones. A batch sized
+     * at once to that (a quarter of 40 ms / 40 µs = 250 launches) would queue half a second of
+     * the real mix; batches grow at most twice per batch, so the next measurements correct it. */
+    struct lb_markers m;
+    lb_mk_reset(&m);
+    lb_mk_push(&m, (void *)1, 0, 1);
+    lb_mk_done(&m, 40000);
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 2);
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 4);
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 8);
+    m.per_launch = 5 * MS; /* the mix's real cost shows: down at once */
+    CHECK(lb_mk_room(&m, 40 * MS));
+    CHECK_U64(m.batch, 2);
 }
 
 static void test_markers_long_kernels_one_at_a_time(void)
@@ -333,6 +354,7 @@ const struct unit_test unit_sched_tests[] = {
     {"markers/first batch alone until measured", test_markers_first_batch_alone},
     {"markers/batches sized to a quarter of the bound, queue within it", test_markers_size_batches_to_the_bound},
     {"markers/a marker of no launches teaches nothing", test_markers_empty_marker_teaches_nothing},
+    {"markers/batches grow at most twice per batch", test_markers_batches_grow_at_most_twice},
     {"markers/kernels longer than the bound go one at a time", test_markers_long_kernels_one_at_a_time},
     {"markers/a batch is timed from the previous completion", test_markers_measure_from_the_previous_completion},
     {"markers/the bound follows the slice", test_markers_bound_follows_the_slice},

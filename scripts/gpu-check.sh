@@ -27,6 +27,8 @@
 #                 (harness/memjudge/real.sh)
 #     drivertruth the node monitor's driver-truth accounting: the driver's per-process figures
 #                 against its attribution, an honest process and a bypass (limitbed bench drivertruth)
+#     timeslice   the GPU's time slice between processes, as fakegpu models it (no library)
+#     sched       two PyTorch pods on one GPU under vgpu-scheduler: 30 % + 50 % and 10 % + 90 % force
 # A nightly job runs them all; a machine with a per-command time limit runs them in parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ root=$PWD
 out=${OUT:-$root/build-gpu}
 [ "$(id -u)" -eq 0 ] || { echo "gpu-check: needs root (unshare -m, mount)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "gpu-check: no nvidia-smi: not a GPU machine" >&2; exit 2; }
-all_sections="memory paths frameworks legacy overhead compute torch judge drivertruth"
+all_sections="memory paths frameworks legacy overhead compute torch judge drivertruth timeslice sched"
 sections=${*:-$all_sections}
 for sec in $sections; do
 	grep -qw -- "$sec" <<<"$all_sections" || { echo "gpu-check: unknown section \"$sec\" (sections: $all_sections)" >&2; exit 2; }
@@ -297,6 +299,87 @@ if [ ${#limitbed_cli[@]} -gt 0 ]; then
 	done
 else
 	echo "SKIP bench drivertruth: no Go toolchain and no $out/bin/limitbed on this machine (go build -o $out/bin/limitbed ./harness/cmd/limitbed elsewhere)"
+fi
+fi
+
+if want timeslice; then
+# fakegpu time-slices processes' work: 1024 us slices, round robin, kernels preempted at a slice's
+# end (docs/fakegpu.md). The real GPU's: a process that synchronises after every 200 us spin kernel
+# waits, beside a process keeping its queue full of 10 ms kernels, for that process's slice before
+# each of its kernels (not for the whole queue, as one FIFO would make it). Its iteration time
+# beside the flood minus alone is the slice it waited. No library.
+echo "== time-slicing between processes: a process synchronising after every 200 us kernel, alone and beside a queue of 10 ms kernels"
+probe=$out/bin/hamicore-launchprobe
+steady() { sed -n 's/.*"windows":\[\([^]]*\)\].*/\1/p' <<<"$1" | awk -F, '{ s = 0; for (i = 2; i <= NF; i++) s += $i; printf "%.5f", (NF > 1 ? s / (NF - 1) : 0) }'; }
+alone=$("$probe" --seconds 5 --workload burst --burst 1 --kernel-us 200 2>&1)
+"$probe" --seconds 8 --kernel-us 10000 >"$work/flood.json" 2>&1 &
+flood_pid=$!
+sleep 1
+beside=$("$probe" --seconds 5 --workload burst --burst 1 --kernel-us 200 2>&1)
+wait $flood_pid
+echo "alone:  $alone"
+echo "beside: $beside"
+echo "flood:  $(cat "$work/flood.json")"
+it_alone=$(awk -v f="$(steady "$alone")" 'BEGIN { printf "%.0f", (f > 0 ? 200 / f : 1e9) }')
+it_beside=$(awk -v f="$(steady "$beside")" 'BEGIN { printf "%.0f", (f > 0 ? 200 / f : 1e9) }')
+echo "iteration alone ${it_alone} us, beside the flood ${it_beside} us: the GPU's time slice is about $((it_beside - it_alone)) us (fakegpu: 1024)"
+check "neighbour waits a slice, not the flood's queue" "time-sliced" \
+	"iteration ${it_beside} us $(awk -v b="$it_beside" 'BEGIN { print ((b < 50000) ? "time-sliced" : "queued-behind") }')"
+fi
+
+if want sched; then
+# The node scheduler (docs/plugin.md, "vgpu-scheduler"): two pods on one GPU, each a PyTorch
+# process in a private mount namespace set up as the device plugin sets up a container (its
+# limits at /overrideEnv, its cache directory at /usr/local/vgpu, its grant file read-only at
+# /usr/local/vgpu/sched.grant), vgpu-scheduler driving the grant files. Judged by completed work:
+# each pod's GEMMs per 1 s window (each window ends with a synchronisation) over the same
+# workload's rate alone and unlimited, every 10 s window after its first 2 s within its limit +-
+# 0.02.
+sched_s=${SCHED_SECONDS:-20}
+echo "== the node scheduler: two PyTorch pods on one GPU, 30 % + 50 % and 10 % + 90 % force, ${sched_s} s runs"
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	echo "SKIP the node scheduler: python3 cannot import torch with CUDA here"
+elif ! command -v go >/dev/null && { [ ! -x "$out/bin/vgpu-scheduler" ] || [ ! -x "$out/bin/limitbed" ]; }; then
+	echo "SKIP the node scheduler: no Go toolchain here, and no $out/bin/vgpu-scheduler and $out/bin/limitbed built elsewhere"
+else
+	if command -v go >/dev/null; then
+		go build -o "$out/bin/vgpu-scheduler" ./plugin/cmd/vgpu-scheduler
+		go build -o "$out/bin/limitbed" ./harness/cmd/limitbed
+	fi
+	tc=$root/harness/gpu/torch_compute.py
+	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
+	CUDA_VISIBLE_DEVICES=$uuid python3 "$tc" run --mode eager --seconds "$sched_s" >"$work/sched-free.json" 2>"$work/sched-free.err" ||
+		check "sched: unlimited run" "torch-run-succeeded" "$(cat "$work/sched-free.err")"
+	for pair in "30 50" "10 90"; do
+		read -r l1 l2 <<<"$pair"
+		hook=$work/sched-$l1-$l2
+		mkdir -p "$hook"
+		for lim in $l1 $l2; do
+			"$out/bin/limitbed" bench pod --hook "$hook" --gpu "$uuid" --container "name=p$lim,limit=$lim,policy=force" >/dev/null
+		done
+		"$out/bin/vgpu-scheduler" --hook-path="$hook" --metrics-address= 2>"$hook/scheduler.log" &
+		spid=$!
+		pids=()
+		for lim in $l1 $l2; do
+			key=p${lim}_main
+			hamicore/test/privatens --preload "$lib" --override-env "$hook/vgpu/containers/$key.limits" \
+				--bind /usr/local/nvidia --bind "$root" --mount "/usr/local/vgpu=$hook/vgpu/containers/$key" \
+				--mount-ro "/usr/local/vgpu/sched.grant=$hook/vgpu/sched/$key.grant" -- \
+				/usr/bin/env CUDA_VISIBLE_DEVICES="$uuid" LIBCUDA_LOG_LEVEL=3 \
+				python3 "$tc" run --mode eager --seconds "$sched_s" >"$hook/$key.json" 2>"$hook/$key.err" &
+			pids+=($!)
+		done
+		wait "${pids[@]}"
+		kill -TERM $spid
+		wait $spid
+		for lim in $l1 $l2; do
+			key=p${lim}_main
+			check "sched $l1+$l2: pod $lim % followed the scheduler" "launches follow the node scheduler" "$(cat "$hook/$key.err")"
+			check "sched $l1+$l2: pod $lim % force, eager GEMMs" "within" \
+				"$(python3 "$tc" judge "$work/sched-free.json" "$hook/$key.json" --limit "$lim" --tol 0.02 2>&1)"
+		done
+		echo "scheduler: $(grep -c . "$hook/scheduler.log") log lines; $(tail -1 "$hook/scheduler.log")"
+	done
 fi
 fi
 

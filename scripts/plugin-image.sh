@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the device plugin image (default limitbed/device-plugin:dev) with no registry: FROM scratch
-# with vgpu-device-plugin and vgpu-monitor (cgo: go-nvml dlopens libnvidia-ml.so.1, so they come with
+# with vgpu-device-plugin, vgpu-monitor and vgpu-scheduler (cgo: go-nvml dlopens libnvidia-ml.so.1, so they come with
 # the host glibc files ldd names, the same glibc the fake driver needs), the host's static busybox (for
 # images/plugin/install.sh only), libvgpu.so and its HAMi-core v2.10 build under /k8s-vgpu/lib/nvidia
 # (HAMi's layout), and fakegpu's libraries, profiles and tools under /fakegpu for the test bed.
@@ -25,7 +25,7 @@ r=$ctx/rootfs
 mkdir -p "$r/usr/bin" "$r/bin" "$r/k8s-vgpu/lib/nvidia" "$r/k8s-vgpu/bin" "$r/fakegpu/lib" "$r/fakegpu/profiles" "$r/fakegpu/bin"
 
 CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -buildid=" -o "$r/usr/bin/" \
-	./plugin/cmd/vgpu-device-plugin ./plugin/cmd/vgpu-monitor || die "go build failed"
+	./plugin/cmd/vgpu-device-plugin ./plugin/cmd/vgpu-monitor ./plugin/cmd/vgpu-scheduler || die "go build failed"
 # The shared libraries the binaries and the fake driver link, at their host paths (plus the loader).
 for bin in "$r/usr/bin/"* "$OUT/lib/libcuda.so.1" "$OUT/lib/libnvidia-ml.so.1"; do
 	ldd "$bin" | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}'

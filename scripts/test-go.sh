@@ -16,4 +16,5 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 # tree (on a cold 2-core machine, several minutes).
 go vet -race ./...
 go vet -race -tags kind ./harness/e2e/ # the kind tier only builds with its tag (make e2e runs it)
+go vet -race -tags sharedspec ./harness/computebench/ # the shared-GPU specification, expected to fail until the scheduler
 go test -race -count=1 ./... "$@"

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,7 +135,7 @@ func TestChartHostPaths(t *testing.T) {
 	for _, hook := range []string{"/usr/local", "/opt/hami"} {
 		r := render(t, values("global.gpuHookPath", hook))
 		want := hook + "/vgpu"
-		for _, name := range []string{"install", "device-plugin", "vgpu-monitor"} {
+		for _, name := range []string{"install", "device-plugin", "vgpu-monitor", "vgpu-scheduler"} {
 			c := r.container(t, name)
 			if mp, hp := r.mountOf(t, c, "vgpu"); mp != want || hp != want {
 				t.Errorf("hook %s: %s mounts vgpu host %q at %q, want %q at the same path", hook, name, hp, mp, want)
@@ -144,8 +145,10 @@ func TestChartHostPaths(t *testing.T) {
 		if v, _ := arg(dp, "hook-path"); v != hook {
 			t.Errorf("device plugin --hook-path = %q, want %q", v, hook)
 		}
-		if v, _ := arg(r.container(t, "vgpu-monitor"), "hook-path"); v != hook {
-			t.Errorf("monitor --hook-path = %q, want %q", v, hook)
+		for _, name := range []string{"vgpu-monitor", "vgpu-scheduler"} {
+			if v, _ := arg(r.container(t, name), "hook-path"); v != hook {
+				t.Errorf("%s --hook-path = %q, want %q", name, v, hook)
+			}
 		}
 		if got := strings.Join(r.container(t, "install").Command, " "); !strings.HasSuffix(got, "install.sh "+want) {
 			t.Errorf("install command = %q, want it to install into %s", got, want)
@@ -228,6 +231,25 @@ func TestChartFakeDriverNodeProfiles(t *testing.T) {
 	}
 }
 
+// The compute scheduler: on by default, the plugin then gives containers their grant files; off,
+// neither the container nor the plugin flag.
+func TestChartScheduler(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		r := render(t, values("scheduler.enabled", on))
+		if v, _ := arg(r.container(t, "device-plugin"), "compute-scheduler"); v != fmt.Sprint(on) {
+			t.Errorf("scheduler.enabled=%v: plugin --compute-scheduler=%q", on, v)
+		}
+		found := false
+		for _, c := range r.ds.Spec.Template.Spec.Containers {
+			found = found || c.Name == "vgpu-scheduler"
+		}
+		if found != on {
+			t.Errorf("scheduler.enabled=%v: vgpu-scheduler container present %v", on, found)
+		}
+	}
+}
+
 // Every flag the chart passes must be one the binaries define: build them and read their -h.
 func TestChartFlagsMatchBinaries(t *testing.T) {
 	if testing.Short() {
@@ -235,15 +257,17 @@ func TestChartFlagsMatchBinaries(t *testing.T) {
 	}
 	t.Parallel()
 	r := render(t, values("fakeDriver.enabled", true, "monitor.gracePeriod", "1m",
-		"devicePlugin.extraArgs", []any{}, "monitor.extraArgs", []any{}))
+		"devicePlugin.extraArgs", []any{}, "monitor.extraArgs", []any{}, "scheduler.extraArgs", []any{}))
 	bin := t.TempDir()
 	root := repoRoot(t)
-	build := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "./plugin/cmd/vgpu-device-plugin", "./plugin/cmd/vgpu-monitor")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin+"/", "./plugin/cmd/vgpu-device-plugin", "./plugin/cmd/vgpu-monitor",
+		"./plugin/cmd/vgpu-scheduler")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build plugin binaries: %v\n%s", err, out)
 	}
-	for ctr, binary := range map[string]string{"device-plugin": "vgpu-device-plugin", "vgpu-monitor": "vgpu-monitor"} {
+	for ctr, binary := range map[string]string{"device-plugin": "vgpu-device-plugin", "vgpu-monitor": "vgpu-monitor",
+		"vgpu-scheduler": "vgpu-scheduler"} {
 		out, _ := exec.Command(filepath.Join(bin, binary), "-h").CombinedOutput() // -h exits non-zero
 		for _, a := range r.container(t, ctr).Args {
 			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "state.h"
 
 void fg_config_profile_path(char *buf, size_t len) {
     const char *p = getenv("FAKEGPU_PROFILE");
@@ -48,6 +49,34 @@ static int env_u64(const char *name, uint64_t *out, char *err, size_t errlen) {
     }
     *out = x;
     return 1;
+}
+
+_Static_assert(sizeof(((fg_config *)0)->container) == FG_GROUP_LEN, "FAKEGPU_CONTAINER fits a work record's name");
+
+/* The time slice and the container name of the completed-work accounting (state.h). */
+static int engine(fg_config *c, char *err, size_t errlen) {
+    uint64_t us = FG_TIMESLICE_DEFAULT_NS / 1000;
+    if (env_u64("FAKEGPU_TIMESLICE_US", &us, err, errlen) < 0)
+        return -1;
+    if (us < 10 || us > 1000000) {
+        snprintf(err, errlen, "FAKEGPU_TIMESLICE_US=%llu: want 10 to 1000000 (µs)", (unsigned long long)us);
+        return -1;
+    }
+    c->timeslice_ns = us * 1000;
+    const char *name = getenv("FAKEGPU_CONTAINER");
+    if (!name)
+        return 0;
+    size_t n = strlen(name), ok = n > 0 && n < sizeof c->container;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+             (name[i] >= '0' && name[i] <= '9') || strchr("._-", name[i]);
+    if (!ok) {
+        snprintf(err, errlen, "FAKEGPU_CONTAINER=\"%.80s\": want 1 to %zu of A-Z a-z 0-9 . _ -", name,
+                 sizeof c->container - 1);
+        return -1;
+    }
+    fg_copy(c->container, sizeof c->container, name);
+    return 0;
 }
 
 int fg_config_load(fg_config *c) {
@@ -96,6 +125,8 @@ int fg_config_load(fg_config *c) {
         goto bad;
     }
     c->trace_export = trace && !strcmp(trace, "1");
+    if (engine(c, err, sizeof err) != 0)
+        goto bad;
     c->identity = fg_profile_identity(p);
     char dir[400];
     state_dir(dir, sizeof dir);

@@ -10,6 +10,8 @@
  *   FAKEGPU_POWER_BOOST  percent: how much faster kernels run on a lightly loaded device than on a
  *                        fully loaded one (a power-capped GPU's clocks; default 100 = the same)
  *   FAKEGPU_NVML_TRACE   1: one stderr line per call through nvidia-smi's internal export table
+ *   FAKEGPU_TIMESLICE_US the time slice between processes' queues on a GPU (default 1024)
+ *   FAKEGPU_CONTAINER    the container a process's completed work is also counted for
  * plus the fault variables of fault.h.
  */
 #ifndef FG_CONFIG_H
@@ -31,6 +33,8 @@ typedef struct fg_config {
     int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
+    uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
+    char container[64];    /* FAKEGPU_CONTAINER, "" none */
     char state_path[600];
     uint64_t identity;
 } fg_config;

@@ -95,7 +95,7 @@ FG_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     if (c->refs == 0) {
         r = fg_ctx_charge(dev, 1);
         if (r == CUDA_SUCCESS) {
-            c->dev = dev, c->primary = 1, c->last_end = 0;
+            c->dev = dev, c->primary = 1;
             __atomic_store_n(&c->magic, FG_CTX_LIVE, __ATOMIC_RELEASE);
         }
     }
@@ -161,7 +161,7 @@ FG_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice 
             c = &fg_cu.pool[i];
     r = c ? fg_ctx_charge(dev, 1) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS) {
-        c->dev = dev, c->primary = 0, c->refs = 1, c->last_end = 0;
+        c->dev = dev, c->primary = 0, c->refs = 1;
         __atomic_store_n(&c->magic, FG_CTX_LIVE, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&fg_cu.mu);
@@ -301,10 +301,8 @@ FG_EXPORT CUresult cuCtxSynchronize(void) {
     CUresult r = fg_cu_need_ctx(&c);
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t end = __atomic_load_n(&c->last_end, __ATOMIC_ACQUIRE);
-    struct timespec ts = {(time_t)(end / 1000000000ULL), (long)(end % 1000000000ULL)};
-    while (end > fg_now_ns() && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    if ((r = fg_launch_drain(c)) != CUDA_SUCCESS)
+        return r;
     pthread_mutex_lock(&fg_cu.mu);
     fg_pool_sync(c->dev); /* a synchronisation point: pools give back what is above their threshold */
     pthread_mutex_unlock(&fg_cu.mu);

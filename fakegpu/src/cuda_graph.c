@@ -216,10 +216,8 @@ FG_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
         return r;
     if (s && s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    uint64_t end = __atomic_load_n(&c->last_end, __ATOMIC_ACQUIRE);
-    struct timespec ts = {(time_t)(end / 1000000000ULL), (long)(end % 1000000000ULL)};
-    while (end > fg_now_ns() && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    if ((r = fg_launch_drain(c)) != CUDA_SUCCESS)
+        return r;
     pthread_mutex_lock(&fg_cu.mu);
     fg_pool_sync(c->dev);
     pthread_mutex_unlock(&fg_cu.mu);
@@ -234,7 +232,7 @@ FG_EXPORT CUresult cuStreamQuery(CUstream hStream) {
     CUresult r = fg_cu_need_ctx(&c);
     if (r != CUDA_SUCCESS || (r = stream_check(hStream, &s)) != CUDA_SUCCESS)
         return r;
-    return __atomic_load_n(&c->last_end, __ATOMIC_ACQUIRE) > fg_now_ns() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    return fg_launch_query(c);
 }
 
 FG_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream) { return cuStreamQuery(hStream); }

@@ -133,6 +133,10 @@ FG_EXPORT CUresult cuInit(unsigned int Flags) {
                                    sizeof err) != 0) {
             fg_log("%s", err);
             rc = CUDA_ERROR_NO_DEVICE;
+        } else if (fg_state_engine(&fg_cu.st, fg_cu.cfg.timeslice_ns, fg_cu.cfg.container, err, sizeof err) != 0) {
+            fg_log("%s", err);
+            fg_state_detach(&fg_cu.st);
+            rc = CUDA_ERROR_NO_DEVICE;
         } else {
             enumerate(&fg_cu.cfg.prof);
             fg_cu.initialized = 1;

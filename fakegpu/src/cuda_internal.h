@@ -34,6 +34,7 @@
 #undef cuGraphAddKernelNode
 #undef cuMemGetAddressRange
 #undef cuModuleGetGlobal
+#undef cuEventDestroy
 
 /* Entry points cuda_abi.h does not declare: legacy spellings, per-thread-stream variants. */
 CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
@@ -72,6 +73,8 @@ CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
+CUresult cuEventDestroy(CUevent hEvent);
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult cuStreamQuery_ptsz(CUstream hStream);
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
 /* The CUDA 10-11 layout of the kernel node parameters (cuGraphAddKernelNode, the v1 symbol). */
@@ -125,7 +128,6 @@ typedef struct fg_ctx {
     int dev;            /* ordinal */
     int primary;
     unsigned refs;      /* primary context retain count */
-    uint64_t last_end;  /* when its last launched work finishes (cuCtxSynchronize waits for it) */
     uint64_t limits[8]; /* cuCtxSetLimit values, 0: the default (cuda_limits.c) */
 } fg_ctx;
 
@@ -193,6 +195,13 @@ void fg_graph_forget_all(void);
 void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
+/* A kernel was queued on the unit (cuda_event.c counts them; state lock held). */
+void fg_event_submitted(unsigned unit);
+/* Waits until the work this process queued on the context's device has run (cuCtxSynchronize,
+ * cuStreamSynchronize: fakegpu keeps one queue per process and device). */
+CUresult fg_launch_drain(const fg_ctx *c);
+/* CUDA_SUCCESS when that work has run, CUDA_ERROR_NOT_READY while some is queued (cuStreamQuery). */
+CUresult fg_launch_query(const fg_ctx *c);
 
 /* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_mem.c). */
 void fg_alloc_delay(void);

@@ -1,10 +1,11 @@
 /*
  * Modules and kernel launches. A module's global variables are charged to its context's device
- * while it is loaded (limitbed/modglobals.h says how they are sized). No code runs: a launch appends simulated busy time to the
- * device's timeline in the shared state (profile launch_ns + block_ns per thread block, or
- * FAKEGPU_LAUNCH_NS), so NVML utilisation rises with load and cuCtxSynchronize takes as long as
- * the queued work. Like a real GPU's bounded launch queue, a launch blocks the caller while more
- * than FG_MAX_BACKLOG of its context's work is still queued.
+ * while it is loaded (limitbed/modglobals.h says how they are sized). No code runs: a launch queues the kernel's simulated duration
+ * (profile launch_ns + block_ns per thread block, or FAKEGPU_LAUNCH_NS, or the spin kernel's own)
+ * on this process's queue of the device, and the device's engine runs the queues of all
+ * processes time-sliced (timeline.c), so NVML utilisation rises with load and a synchronisation
+ * waits until the queue has run. Like a real GPU's bounded launch queue, a launch blocks the
+ * caller while its queue is full (FG_CHAN_DEPTH kernels, or FG_QUEUE_NS of work).
  *
  * FAKEGPU_POWER_BOOST=B (percent) models a power-capped GPU: a dense GEMM on an H200 runs at
  * ~1500 MHz when the card is fully loaded (700 W) and at 1980 MHz when it is busy a third of the
@@ -23,7 +24,6 @@
 
 #include "cuda_internal.h"
 
-#define FG_MAX_BACKLOG 1000000000ULL /* 1 s */
 #define FG_MAX_MODULES 64
 #define FG_MOD_LIVE 0x4d4f4431u
 
@@ -146,6 +146,12 @@ static uint64_t powered_ns(unsigned unit, uint64_t dur, uint64_t now) {
     return dur > UINT64_MAX / 100 ? dur / speed * 100 : dur * 100 / speed;
 }
 
+static void sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
 /* Any non-NULL function handle is accepted (nothing is executed), so tests of launch limiters can
  * pass a dummy one without loading a module. Graph launches run their kernel nodes through it. */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
@@ -161,25 +167,50 @@ CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t dur) {
     for (;;) {
         if (fg_state_lock(&fg_cu.st) != 0)
             return CUDA_ERROR_UNKNOWN;
-        /* The bound is per context, like a real GPU's per-channel launch queue: one process
-         * filling its queue must not keep another's launches out (a GPU time-slices between
-         * contexts; one FIFO shared by all would starve every launcher but the greediest). */
-        uint64_t now = fg_now_ns(), busy = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
-        if (busy > now + FG_MAX_BACKLOG) { /* queue full: wait outside the lock */
-            fg_state_unlock(&fg_cu.st);
-            uint64_t wait = busy - now - FG_MAX_BACKLOG;
-            struct timespec ts = {(time_t)(wait / 1000000000ULL), (long)(wait % 1000000000ULL)};
-            while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-                ;
-            continue;
-        }
-        uint64_t end = fg_state_submit(&fg_cu.st, unit, powered_ns(unit, dur, now), now, fg_cu.cfg.util_window_ns);
+        /* The bound is per queue, like a real GPU's per-channel launch queue: one process filling
+         * its queue does not keep another's launches out. */
+        int64_t wait = fg_state_submit(&fg_cu.st, unit, powered_ns(unit, dur, fg_state_now(&fg_cu.st, unit)), dur);
+        if (wait == 0)
+            fg_event_submitted(unit);
         fg_state_unlock(&fg_cu.st);
-        uint64_t prev = __atomic_load_n(&c->last_end, __ATOMIC_RELAXED);
-        while (prev < end && !__atomic_compare_exchange_n(&c->last_end, &prev, end, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-            ;
-        return CUDA_SUCCESS;
+        if (wait < 0) {
+            static int said;
+            if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+                fg_log("launch refused: no work queue left on the GPU for this process (%d queues and %d processes "
+                       "at most per host)", FG_MAX_CHANNELS, FG_MAX_SLOTS);
+            return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+        }
+        if (wait == 0)
+            return CUDA_SUCCESS;
+        sleep_ns((uint64_t)wait); /* queue full: wait outside the lock */
     }
+}
+
+CUresult fg_launch_drain(const fg_ctx *c) {
+    unsigned unit = fg_cu.dev[c->dev].unit;
+    for (;;) {
+        if (fg_state_lock(&fg_cu.st) != 0)
+            return CUDA_ERROR_UNKNOWN;
+        uint64_t at = fg_state_drain_at(&fg_cu.st, unit);
+        fg_state_unlock(&fg_cu.st);
+        if (!at)
+            return CUDA_SUCCESS;
+        /* The earliest the queue can have run; other queues may make it later: then again. A
+         * neighbour that dies drops its work and makes it sooner: look again within 100 ms. */
+        uint64_t soon = fg_now_ns() + 100000000ULL;
+        at = at < soon ? at : soon;
+        struct timespec ts = {(time_t)(at / 1000000000ULL), (long)(at % 1000000000ULL)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+    }
+}
+
+CUresult fg_launch_query(const fg_ctx *c) {
+    if (fg_state_lock(&fg_cu.st) != 0)
+        return CUDA_ERROR_UNKNOWN;
+    uint64_t at = fg_state_drain_at(&fg_cu.st, fg_cu.dev[c->dev].unit);
+    fg_state_unlock(&fg_cu.st);
+    return at ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 FG_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,

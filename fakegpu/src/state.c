@@ -26,6 +26,8 @@ static int init_shared(fg_shared *sh, uint64_t identity, unsigned nunits) {
     sh->size = (uint32_t)sizeof *sh;
     sh->identity = identity;
     sh->nunits = nunits;
+    for (unsigned u = 0; u < FG_MAX_UNITS; u++)
+        sh->unit[u].cur = -1;
     /* The magic goes last: a reader that sees it sees an initialised struct. */
     __atomic_store_n(&sh->magic, FG_STATE_MAGIC, __ATOMIC_RELEASE);
     return 0;
@@ -158,6 +160,8 @@ void fg_state_after_fork(fg_state *st) {
     if (fd_ours(st))
         close(st->fd); /* the child's copy: the parent's stays open */
     st->fd = -1, st->slot = -1, st->pid = getpid();
+    memset(st->chan, 0, sizeof st->chan); /* the parent's queues and record stay the parent's */
+    st->acct = 0;
     if (reopen(st, 1) != 0) {
         munmap(st->sh, sizeof *st->sh); /* never keep the parent's description: no device in this child */
         st->sh = NULL;
@@ -223,16 +227,20 @@ int32_t fg_state_slot_pid(fg_state *st, int slot) {
     return (int32_t)fl.l_pid;
 }
 
+/* A dead owner's slot is cleared outside the scan, which every lock runs over all slots. */
+static __attribute__((noinline)) void reap_slot(fg_state *st, int i) {
+    memset(&st->sh->slot[i], 0, sizeof st->sh->slot[i]); /* its owner is gone: so is its memory */
+    unhold_all(st, i);                                    /* its holds on shared allocations */
+    fg_state_forget(st->sh, i);                           /* and its queued work */
+}
+
 static void reap(fg_state *st) {
     for (int i = 0; i < FG_MAX_SLOTS; i++) {
-        fg_slot *s = &st->sh->slot[i];
-        if (!s->in_use || mine(st, i))
+        if (!st->sh->slot[i].in_use || mine(st, i))
             continue;
         struct flock fl;
-        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK) {
-            memset(s, 0, sizeof *s); /* its owner is gone: so is its memory */
-            unhold_all(st, i);
-        }
+        if (byte_lock(st->fd, F_OFD_GETLK, F_WRLCK, i, &fl) == 0 && fl.l_type == F_UNLCK)
+            reap_slot(st, i);
     }
 }
 
@@ -243,9 +251,13 @@ int fg_state_lock(fg_state *st) {
         return -1;
     int rc = pthread_mutex_lock(&st->sh->mutex);
     if (rc == EOWNERDEAD) {
-        /* The owner died inside a critical section. The only numbers it can have left half
-         * updated are its own slot's, and reap() drops that slot because its lock is gone. */
+        /* The owner died inside a critical section. Of the memory accounting it can only have
+         * left its own slot's numbers half updated, and reap() drops that slot because its lock is
+         * gone. The engines' timeline it may have been advancing for everyone: their queues'
+         * bookkeeping is rebuilt from the queued kernels (a half-credited step stays half credited
+         * in the work records: at most one step's worth). */
         pthread_mutex_consistent(&st->sh->mutex);
+        fg_state_repair(st->sh);
         rc = 0;
     }
     if (rc != 0)
@@ -256,7 +268,27 @@ int fg_state_lock(fg_state *st) {
      * through the mapping — a free must not be lost — but nobody is reaped and no slot taken. */
     if (fd_ours(st) || reopen(st, !mine(st, st->slot)) == 0)
         reap(st);
+    /* Dead processes' work is gone first (their queues die with them), then the engines with work
+     * catch up. An idle engine's timeline has nothing to add (its busy intervals are all there),
+     * so the clock is read only when some engine has work: a memory call pays nothing for it. */
+    unsigned n = st->sh->nunits < FG_MAX_UNITS ? st->sh->nunits : FG_MAX_UNITS, busy = 0;
+    for (unsigned u = 0; u < n; u++)
+        busy |= st->sh->unit[u].active;
+    if (busy) {
+        uint64_t now = fg_state_clock(st);
+        for (unsigned u = 0; u < n; u++)
+            fg_state_advance(st->sh, u, now);
+    }
     return 0;
+}
+
+uint64_t fg_state_clock(const fg_state *st) { return st->clock ? st->clock() : fg_now_ns(); }
+
+uint64_t fg_state_now(fg_state *st, unsigned unit) {
+    fg_unit *u = &st->sh->unit[unit];
+    if (!u->active) /* an idle engine is not brought up to now by the lock */
+        fg_state_advance(st->sh, unit, fg_state_clock(st));
+    return u->sim_at;
 }
 
 void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
@@ -369,33 +401,6 @@ void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx) {
         return;
     uint64_t *v = &(is_ctx ? st->sh->slot[st->slot].ctx : st->sh->slot[st->slot].used)[unit];
     *v = *v > bytes ? *v - bytes : 0;
-}
-
-uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window) {
-    fg_unit *u = &st->sh->unit[unit];
-    uint64_t start = u->busy_until > now ? u->busy_until : now, end = start + dur;
-    u->busy_until = end;
-    int32_t pid = (int32_t)getpid();
-    fg_busy *last = u->count ? &u->ring[(u->head + FG_BUSY_RING - 1) % FG_BUSY_RING] : NULL;
-    if (last && last->pid == pid && last->end == start) {
-        last->end = end; /* back-to-back work of one process: one interval */
-        return end;
-    }
-    if (u->count == FG_BUSY_RING) {
-        /* Full: overwrite the oldest unless it still counts for the window; then fold the new
-         * work into the newest interval by its duration only — stretching it to the new end would
-         * count the idle gap between them as busy. The device total stays right; only the
-         * placement inside the window and the attribution to a process blur. */
-        if (u->ring[u->head].end + window > now) {
-            last->end += dur;
-            return end;
-        }
-    } else {
-        u->count++;
-    }
-    u->ring[u->head] = (fg_busy){start, end, pid, 0};
-    u->head = (u->head + 1) % FG_BUSY_RING;
-    return end;
 }
 
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window) {

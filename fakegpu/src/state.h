@@ -4,8 +4,9 @@
  * that loads fakegpu (containers share it through a bind mount).
  *
  * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
- * holding it hands it over as EOWNERDEAD; the next locker marks it consistent and the dead
- * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again).
+ * holding it hands it over as EOWNERDEAD; the next locker marks it consistent, the dead
+ * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again)
+ * and the engines' queue bookkeeping, which any locker updates, is rebuilt (fg_state_repair).
  *
  * Liveness: every process that uses memory owns a slot and holds a write lock on byte
  * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
@@ -41,6 +42,12 @@
  * may still close the side file's descriptor (closefrom): its lock goes with it and readers get the
  * recorded PID (the fake's limit: a driver keeps host PIDs itself); the descriptor is checked to
  * be the side file before each use and opened again when it is not, never another file locked.
+ *
+ * Engines: each unit (a GPU or a MIG instance) runs the kernels that processes queue on it,
+ * time-sliced between processes as a real GPU does (timeline.c). The timeline is simulated lazily:
+ * every fg_state_lock brings every unit up to "now" first, so whoever holds the lock sees the
+ * engines as they are at that moment. What ran is counted per unit, per process and per container
+ * (account.c): the completed work the harness judges limits by (tools/gpuwork.c prints it).
  */
 #ifndef FG_STATE_H
 #define FG_STATE_H
@@ -52,10 +59,19 @@
 #include "fg.h"
 
 #define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
-#define FG_STATE_VERSION 2
+#define FG_STATE_VERSION 3
 #define FG_MAX_SLOTS 128
 #define FG_MAX_SHARED 256 /* allocations held by more than one process at once */
 #define FG_BUSY_RING 4096
+#define FG_MAX_CHANNELS 256 /* work queues: one per process and unit it launches on */
+#define FG_CHAN_DEPTH 1024  /* kernels one queue holds, like a real GPU's launch queue */
+#define FG_QUEUE_NS 1000000000ULL /* and at most this much work (ns) queued behind the running kernel */
+#define FG_MAX_ACCTS 512    /* per-process work records, kept after the process exits */
+#define FG_MAX_GROUPS 256   /* per-container work records */
+#define FG_GROUP_LEN 64     /* a container's name (FAKEGPU_CONTAINER), NUL included */
+/* The time slice of the open kernel module for Volta and later GPUs: 128 << 3 µs per channel group
+ * (FAKEGPU_TIMESLICE_US changes it). */
+#define FG_TIMESLICE_DEFAULT_NS 1024000ULL
 
 typedef struct fg_busy {
     uint64_t start, end; /* CLOCK_MONOTONIC ns */
@@ -63,11 +79,57 @@ typedef struct fg_busy {
     uint32_t pad;
 } fg_busy;
 
+/* What an engine ran: kernels completed, the nominal ns of work done (a kernel's share counted as
+ * it runs, so a window of a long kernel gets its part), and the ns the engine spent on it (less
+ * than the work under FAKEGPU_POWER_BOOST). Only ever grows. */
+typedef struct fg_work {
+    uint64_t kernels, work_ns, busy_ns;
+} fg_work;
+
 typedef struct fg_unit {
-    uint64_t busy_until;         /* the end of the queued work: the simulated engine timeline */
+    uint64_t sim_at;             /* the timeline is simulated up to here (CLOCK_MONOTONIC ns) */
+    uint64_t slice_end;          /* when the running queue's time slice ends */
+    int32_t cur;                 /* the queue (channel) holding the engine, -1 none */
+    uint32_t active;             /* queues with work */
     uint32_t head, count;
+    fg_work total;
     fg_busy ring[FG_BUSY_RING];  /* recent busy intervals, for utilisation */
 } fg_unit;
+
+/* A queued kernel: GPU ns still to run, GPU ns it runs in all, nominal ns of work it is. */
+typedef struct fg_kernel {
+    uint64_t left, run, nominal;
+} fg_kernel;
+
+/* A process's queue of work on one unit (the real driver's channel group of its context). */
+typedef struct fg_chan {
+    uint32_t in_use;
+    int32_t pid;                 /* the owner as it sees itself (busy intervals, NVML) */
+    int32_t slot;                /* the owner's slot: the queue and its work die with the process */
+    uint32_t unit;
+    int32_t acct;                /* the owner's work record, -1 none */
+    uint32_t head, count;
+    uint32_t pad;
+    uint64_t queued;             /* GPU ns left in the queue */
+    fg_kernel k[FG_CHAN_DEPTH];
+} fg_chan;
+
+/* A process's work record. It outlives the process (slot -1) until the table needs its room. */
+typedef struct fg_acct {
+    uint32_t used;
+    int32_t pid;                 /* as the process sees itself */
+    int32_t slot;                /* -1 once the process is gone */
+    int32_t group;               /* its container's record, -1 none */
+    uint64_t pidns;              /* inode of its PID namespace: PIDs repeat across containers */
+    uint64_t started;            /* CLOCK_MONOTONIC ns of its first launch */
+    fg_work w[FG_MAX_UNITS];
+} fg_acct;
+
+/* A container's work record: every process that named it in FAKEGPU_CONTAINER. */
+typedef struct fg_group {
+    char name[FG_GROUP_LEN];
+    fg_work w[FG_MAX_UNITS];
+} fg_group;
 
 typedef struct fg_slot {
     int32_t pid;                 /* as the owner sees itself */
@@ -100,10 +162,17 @@ typedef struct fg_shared {
     uint32_t nunits;
     uint32_t pad;
     pthread_mutex_t mutex;
+    uint64_t timeslice_ns;       /* 0 until the first CUDA process sets it (FG_TIMESLICE_DEFAULT_NS) */
+    uint64_t accts_recycled;     /* dead processes' records reused for new ones */
+    uint64_t accts_missing;      /* processes that got no record: every record was a live process's */
+    uint64_t groups_missing;     /* processes whose container got no record: the table was full */
     fg_slot slot[FG_MAX_SLOTS];
     fg_unit unit[FG_MAX_UNITS];
     uint64_t next_share_id;
     fg_shared_alloc share[FG_MAX_SHARED];
+    fg_chan chan[FG_MAX_CHANNELS];
+    fg_acct acct[FG_MAX_ACCTS];
+    fg_group group[FG_MAX_GROUPS];
 } fg_shared;
 
 #define FG_LOCK_OFFSET ((off_t)sizeof(fg_shared))
@@ -120,6 +189,10 @@ typedef struct fg_state {
     dev_t dev; /* the state file: a descriptor that no longer names it is not ours */
     ino_t ino;
     char path[600];
+    uint16_t chan[FG_MAX_UNITS]; /* this process's queue per unit, index + 1 (0: none yet) */
+    int acct;                    /* its work record, index + 1 (0: none yet) */
+    char group[FG_GROUP_LEN];    /* its container (FAKEGPU_CONTAINER), "" none */
+    uint64_t (*clock)(void);     /* the engines' clock: fg_now_ns unless a test scripts one */
 } fg_state;
 
 /* A state nobody attached yet: no descriptor (0 is the program's standard input, not ours). */
@@ -128,7 +201,12 @@ typedef struct fg_state {
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen);
 void fg_state_detach(fg_state *st);
 
-/* Locks the shared mutex and reclaims dead processes' slots. 0 or -1. */
+/* The engine settings a CUDA process brings (after attach): its time slice, which must be the one
+ * the GPU already runs if another process set it, and its container. 0, or -1 with err. */
+int fg_state_engine(fg_state *st, uint64_t timeslice_ns, const char *group, char *err, size_t errlen);
+
+/* Locks the shared mutex, reclaims dead processes' slots (their queued work goes with them) and
+ * brings every engine with work up to now (an idle one has nothing to add). 0 or -1. */
 int fg_state_lock(fg_state *st);
 void fg_state_unlock(fg_state *st);
 
@@ -145,8 +223,32 @@ void fg_state_release(fg_state *st, unsigned unit, uint64_t bytes, int is_ctx);
 int fg_state_share(fg_state *st, unsigned unit, uint64_t bytes, uint32_t kind);
 int fg_state_share_hold(fg_state *st, uint64_t id, uint64_t nonce);
 void fg_state_share_drop(fg_state *st, uint64_t id);
-/* Appends dur ns of work to the unit's timeline; returns when it will have finished. */
-uint64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t dur, uint64_t now, uint64_t window);
+/* Queues a kernel on this process's queue of the unit, now: run ns of engine time doing nominal ns
+ * of work. 0: queued; > 0: the queue is full (FG_CHAN_DEPTH kernels or more than FG_QUEUE_NS of
+ * work), try again no sooner than that many ns later; -1: no slot, queue or record left. */
+int64_t fg_state_submit(fg_state *st, unsigned unit, uint64_t run, uint64_t nominal);
+/* 0 when this process has nothing queued on the unit; else the earliest time (ns) its queue can
+ * have run, whatever the other queues do (a lower bound: sleep until then and ask again). */
+uint64_t fg_state_drain_at(fg_state *st, unsigned unit);
+/* The engines' clock (st->clock, else CLOCK_MONOTONIC), and the unit's simulated now: its timeline
+ * brought up to the clock (lock held). */
+uint64_t fg_state_clock(const fg_state *st);
+uint64_t fg_state_now(fg_state *st, unsigned unit);
+/* Brings the unit's timeline up to `to` (timeline.c; fg_state_lock does it for every busy unit). */
+void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
+
+/* Between state.c, timeline.c and account.c, with the lock held. */
+/* This process's queue on the unit, made (with its slot and work record) when create is set;
+ * -1 when it has none or none is left. */
+int fg_state_queue(fg_state *st, unsigned unit, int create);
+/* The process's and the container's records a queue's work is credited to (NULL: none). */
+void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **proc, fg_work **group);
+/* A dead slot's queues are dropped, its work records marked exited. */
+void fg_state_forget(fg_shared *sh, int slot);
+void fg_state_drop_queue(fg_shared *sh, int ci);
+/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
+ * count and running queue, made consistent with the kernels the queues hold. */
+void fg_state_repair(fg_shared *sh);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the

@@ -32,7 +32,9 @@ void test_profile(void);
 void test_fault(void);
 void test_state(void);
 void test_share(void);
+void test_timeline(void);
 void test_procaddr(void);
+void test_event(void);
 
 /* A fresh directory under TMPDIR, removed by the runner at exit. */
 const char *fg_test_dir(void);

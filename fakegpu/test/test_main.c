@@ -20,7 +20,8 @@ int main(void) {
     struct {
         const char *name;
         void (*fn)(void);
-    } suites[] = {{"profile", test_profile}, {"fault", test_fault}, {"state", test_state}, {"share", test_share}, {"procaddr", test_procaddr}};
+    } suites[] = {{"profile", test_profile}, {"fault", test_fault}, {"state", test_state}, {"share", test_share},
+                  {"timeline", test_timeline}, {"procaddr", test_procaddr}, {"event", test_event}};
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         int before = fg_failed;
         suites[i].fn();

@@ -273,20 +273,38 @@ static void program_closes_descriptors(void) {
     close(go[0]);
 }
 
+static uint64_t clock_now;
+static uint64_t scripted(void) { return clock_now; }
+
+/* Locks with the engines brought up to t. */
+static void lock_at(fg_state *st, uint64_t t) {
+    clock_now = t;
+    fg_state_lock(st);
+}
+
 static void utilisation(void) {
     char p[300], err[512];
     fg_state a;
     path(p, sizeof p, "util.state");
     CHECK(fg_state_attach(&a, p, 2, 1, err, sizeof err) == 0);
+    a.clock = scripted;
     const uint64_t s = 1000000000ULL, t = 100 * s;
-    fg_state_lock(&a);
-    CHECK(fg_state_submit(&a, 0, s / 2, t, s) == t + s / 2);
-    CHECK(fg_state_submit(&a, 0, s / 4, t, s) == t + 3 * s / 4); /* queued behind the first */
-    CHECK(a.sh->unit[0].count == 1);                              /* contiguous work of one process merges */
+    lock_at(&a, t);
+    CHECK(fg_state_submit(&a, 0, s / 2, s / 2) == 0);
+    CHECK(fg_state_submit(&a, 0, s / 4, s / 4) == 0); /* queued behind the first */
+    CHECK(fg_state_drain_at(&a, 0) == t + 3 * s / 4);
+    fg_state_unlock(&a);
+    lock_at(&a, t + s / 2);
     CHECK(fg_state_util(&a, 0, 0, t + s / 2, s) == 50);
+    fg_state_unlock(&a);
+    lock_at(&a, t + s);
+    CHECK(a.sh->unit[0].count == 1); /* contiguous work of one process merges */
     CHECK(fg_state_util(&a, 0, 0, t + s, s) == 75);
     CHECK(fg_state_util(&a, 0, (int32_t)getpid(), t + s, s) == 75);
     CHECK(fg_state_util(&a, 0, 12345, t + s, s) == 0);
+    CHECK(fg_state_drain_at(&a, 0) == 0);
+    fg_state_unlock(&a);
+    lock_at(&a, t + 3 * s);
     CHECK(fg_state_util(&a, 0, 0, t + 3 * s, s) == 0); /* idle again */
     fg_state_unlock(&a);
     fg_state_detach(&a);
@@ -299,10 +317,14 @@ static void utilisation_ring_full(void) {
     fg_state a;
     path(p, sizeof p, "util-full.state");
     CHECK(fg_state_attach(&a, p, 3, 1, err, sizeof err) == 0);
+    a.clock = scripted;
     const uint64_t s = 1000000000ULL, t = 100 * s, n = 2 * FG_BUSY_RING, step = s / n;
-    fg_state_lock(&a);
-    for (uint64_t i = 0; i < n; i++)
-        fg_state_submit(&a, 0, step / 2, t + i * step, s); /* busy half of every step */
+    for (uint64_t i = 0; i < n; i++) {
+        lock_at(&a, t + i * step);
+        fg_state_submit(&a, 0, step / 2, step / 2); /* busy half of every step */
+        fg_state_unlock(&a);
+    }
+    lock_at(&a, t + s);
     unsigned u = fg_state_util(&a, 0, 0, t + s, s);
     CHECK_MSG(u >= 49 && u <= 51, "utilisation %u%%, want 50%%", u);
     fg_state_unlock(&a);

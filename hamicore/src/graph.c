@@ -406,15 +406,15 @@ static CUresult run(CUgraphExec x, CUstream s, CUresult (*call)(CUgraphExec, CUs
 LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
-    lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
+    int mark = lb_graph_launch_throttle(x, s, 0);
+    return lb_graph_launched(mark, run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0)), s, 0);
 }
 
 LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
-    lb_graph_launch_throttle(x);
-    return run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0));
+    int mark = lb_graph_launch_throttle(x, s, 1);
+    return lb_graph_launched(mark, run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0)), s, 1);
 }
 
 LB_EXPORT CUresult cuGraphUpload(CUgraphExec x, CUstream s)

@@ -1,6 +1,6 @@
 /*
  * The compute work of executable graphs: a graph launch starts all its kernel nodes at once, so
- * the limiter charges it their number and thread blocks (limiter.c), counted from the graph's
+ * the gate paces it, without a scheduler, as their number and thread blocks (limiter.c), counted from the graph's
  * nodes when it is instantiated or updated (cuGraphExecUpdate) and remembered per CUgraphExec.
  * Child-graph nodes are counted through their graph (4 levels deep); a graph of more than 1024
  * nodes is counted from its first 1024 and scaled to its size. A graph this process did not see
@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "context.h"
+#include "gate.h"
 #include "init.h"
 #include "limiter.h"
 #include "symbols.h"
@@ -113,30 +114,47 @@ void lb_graph_work_forget(CUgraphExec x)
     pthread_mutex_unlock(&g_mu);
 }
 
-static void __attribute__((noinline)) throttle(CUgraphExec x)
+/* The graph's kernels and blocks, for the pacing without a scheduler. */
+static void work_of(CUgraphExec x, uint64_t *k, uint64_t *b)
 {
-    int dev;
-    if (lb_guard || lb_cur_device(&dev) != 0)
-        return;
-    uint64_t k = 1, b = 1;
+    *k = 1, *b = 1;
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < g_n; i++)
         if (g_work[i].x == x) {
-            k = g_work[i].kernels, b = g_work[i].blocks;
+            *k = g_work[i].kernels, *b = g_work[i].blocks;
             break;
         }
     pthread_mutex_unlock(&g_mu);
-    if (k)
-        lb_limiter_take(dev, k, b);
 }
 
-void lb_graph_launch_throttle(CUgraphExec x)
+/* The slow path: 1 + the device when the launch must be followed by its marker. */
+static int __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
+{
+    int dev;
+    if (lb_guard || lb_cur_device(&dev) != 0)
+        return 0;
+    uint64_t k, b;
+    work_of(x, &k, &b);
+    if (!k)
+        return 0; /* no kernel in it: nothing to gate */
+    return lb_gate_enter(dev, s, per_thread, k, b) ? dev + 1 : 0;
+}
+
+int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
 {
     if (__builtin_expect(!lb_active(), 0))
-        return;
+        return 0;
+    if (__builtin_expect(lb_launch_gated, 0))
+        return lb_gate_pass() ? 0 : gate(x, s, per_thread);
     lb_mark_launch();
-    if (__builtin_expect(lb_launch_limited, 0))
-        throttle(x);
+    return 0;
+}
+
+CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread)
+{
+    if (__builtin_expect(mark != 0, 0) && r == CUDA_SUCCESS)
+        lb_gate_after(mark - 1, s, per_thread);
+    return r;
 }
 
 /* cuGraphExecUpdate: the executable graph takes the new graph's kernels. */

@@ -3,12 +3,14 @@
  *
  * Each one first marks the container as having launched recently (one relaxed load of a shared
  * word; the store happens once per monitor period): the node monitor needs that from every
- * container, limited or not, to decide the `default` policy. Without a compute limit in force
- * (lb_launch_limited == 0: no device limited, or policy "disable") the wrapper is then one flag
- * and a tail call. Otherwise the launch first waits for its device's budget (limiter.c), then
- * calls the driver with the reentrancy guard up, so a driver whose _ptsz/Ex entry points call the
- * plain one through its export is not charged twice. */
+ * container, limited or not. With nothing limited and no node scheduler (lb_launch_gated == 0)
+ * the wrapper is then one flag and a tail call; while the container holds its slice it is the
+ * gate's fast path (gate.h). Otherwise the launch goes through the gate's slow path (it waits for
+ * the slice, or is paced alone), then calls the driver with the reentrancy guard up, so a driver
+ * whose _ptsz/Ex entry points call the plain one through its export is not gated twice, and
+ * afterwards records the batch's marker if one is due. */
 #include "context.h"
+#include "gate.h"
 #include "init.h"
 #include "limiter.h"
 #include "region.h"
@@ -27,46 +29,45 @@ static inline uint64_t legacy_blocks(int w, int h)
     return w > 0 && h > 0 ? (uint64_t)w * (uint64_t)h : 1;
 }
 
-/* 1 if the caller must call the driver guarded (it was charged). */
-static int __attribute__((noinline)) throttle(uint64_t kernels, uint64_t blocks)
-{
-    int dev;
-    if (lb_guard || lb_cur_device(&dev) != 0)
-        return 0; /* re-entered from the driver, or no context (the driver refuses the launch) */
-    lb_limiter_take(dev, kernels, blocks);
-    return 1;
-}
-
-#define LAUNCH_N(w, kernels, blocks, call)                                                                          \
+/* The gated launch: the gate's slow path, the driver guarded, the marker. */
+#define LAUNCH_N(w, kernels, blocks, stream, pt, call)                                                             \
     __typeof__(&w) real = LB_REAL(w);                                                                               \
     if (!real)                                                                                                      \
         return CUDA_ERROR_NOT_FOUND;                                                                                \
     if (__builtin_expect(!lb_active(), 0))                                                                          \
         return call;                                                                                                \
     lb_mark_launch();                                                                                               \
-    if (__builtin_expect(!lb_launch_limited, 1) || !throttle(kernels, blocks))                                      \
-        return call;                                                                                                \
+    int dev;                                                                                                        \
+    if (!lb_launch_gated || lb_guard || lb_cur_device(&dev) != 0)                                                   \
+        return call; /* nothing gated; re-entered from the driver; no context (the driver refuses it) */          \
+    int mark = lb_gate_enter(dev, stream, pt, kernels, blocks);                                                    \
     lb_guard_enter();                                                                                               \
     CUresult r = call;                                                                                              \
     lb_guard_leave();                                                                                               \
+    if (mark && r == CUDA_SUCCESS)                                                                                  \
+        lb_gate_after(dev, stream, pt);                                                                             \
     return r
 
-/* Initialised, nothing limited, and the region already marked this monitor period: the launch
- * is the driver's. Evaluated before anything that needs a stack frame, so the wrapper is a few
- * loads and a tail jump; everything else is in its noinline slow half. */
+/* The launch is the driver's, with nothing to do here: without a compute limit or a scheduler,
+ * the library initialised and the region already marked this monitor period; with them, the
+ * gate open (the container holds its slice, or runs free: gate.h; a gate opens only on a launch
+ * of the enforcing library, and the helper marks the region for the monitor meanwhile).
+ * Evaluated before anything that needs a stack frame, so the wrapper is a few loads and a tail
+ * jump; everything else is in its noinline slow half. */
 static inline int fast_path(void)
 {
     struct lb_region_header *h;
+    if (__builtin_expect(lb_launch_gated, 0))
+        return lb_gate_pass();
     return __builtin_expect(atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE, 1) &&
-           !lb_launch_limited && (h = lb_region) != NULL &&
-           atomic_load_explicit(&h->recent_kernel, memory_order_relaxed);
+           (h = lb_region) != NULL && atomic_load_explicit(&h->recent_kernel, memory_order_relaxed);
 }
 
-/* WRAP(w, (params), (args), kernels, blocks): the exported wrapper w and its slow half. */
-#define WRAP(w, params, args, kernels, blocks)                                                                      \
+/* WRAP(w, (params), (args), kernels, blocks, stream, pt): the exported wrapper w and its slow half. */
+#define WRAP(w, params, args, kernels, blocks, stream, pt)                                                          \
     static CUresult __attribute__((noinline)) slow_##w params                                                       \
     {                                                                                                               \
-        LAUNCH_N(w, kernels, blocks, real args);                                                                    \
+        LAUNCH_N(w, kernels, blocks, stream, pt, real args);                                                        \
     }                                                                                                               \
     LB_EXPORT CUresult w params                                                                                     \
     {                                                                                                               \
@@ -80,21 +81,22 @@ static inline int fast_path(void)
     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
      unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 #define KARGS (f, gx, gy, gz, bx, by, bz, shm, s, params, extra)
-WRAP(cuLaunchKernel, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz))
-WRAP(cuLaunchKernel_ptsz, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz))
+WRAP(cuLaunchKernel, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz), s, 0)
+WRAP(cuLaunchKernel_ptsz, KPARAMS, KARGS, 1, grid_blocks(gx, gy, gz), s, 1)
 
 #define EX_BLOCKS (config ? grid_blocks(config->gridDimX, config->gridDimY, config->gridDimZ) : 1)
+#define EX_STREAM (config ? config->hStream : NULL)
 WRAP(cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **params, void **extra),
-     (config, f, params, extra), 1, EX_BLOCKS)
+     (config, f, params, extra), 1, EX_BLOCKS, EX_STREAM, 0)
 WRAP(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *config, CUfunction f, void **params, void **extra),
-     (config, f, params, extra), 1, EX_BLOCKS)
+     (config, f, params, extra), 1, EX_BLOCKS, EX_STREAM, 1)
 
 #define CPARAMS                                                                                                     \
     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,             \
      unsigned int bz, unsigned int shm, CUstream s, void **params)
 #define CARGS (f, gx, gy, gz, bx, by, bz, shm, s, params)
-WRAP(cuLaunchCooperativeKernel, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz))
-WRAP(cuLaunchCooperativeKernel_ptsz, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz))
+WRAP(cuLaunchCooperativeKernel, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz), s, 0)
+WRAP(cuLaunchCooperativeKernel_ptsz, CPARAMS, CARGS, 1, grid_blocks(gx, gy, gz), s, 1)
 
 /* The launches of the list may be on several devices; they are charged to the current one
  * (the list is one cooperative kernel, and the API is deprecated since CUDA 11.3). */
@@ -109,8 +111,8 @@ static uint64_t multi_blocks(const CUDA_LAUNCH_PARAMS *l, unsigned n)
 }
 
 WRAP(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS * list, unsigned int n, unsigned int flags),
-     (list, n, flags), n ? n : 1, multi_blocks(list, n))
+     (list, n, flags), n ? n : 1, multi_blocks(list, n), list && n ? list[0].hStream : NULL, 0)
 
-WRAP(cuLaunch, (CUfunction f), (f), 1, 1)
-WRAP(cuLaunchGrid, (CUfunction f, int w, int h), (f, w, h), 1, legacy_blocks(w, h))
-WRAP(cuLaunchGridAsync, (CUfunction f, int w, int h, CUstream s), (f, w, h, s), 1, legacy_blocks(w, h))
+WRAP(cuLaunch, (CUfunction f), (f), 1, 1, NULL, 0)
+WRAP(cuLaunchGrid, (CUfunction f, int w, int h), (f, w, h), 1, legacy_blocks(w, h), NULL, 0)
+WRAP(cuLaunchGridAsync, (CUfunction f, int w, int h, CUstream s), (f, w, h, s), 1, legacy_blocks(w, h), s, 0)

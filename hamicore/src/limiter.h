@@ -1,4 +1,6 @@
-/* The compute limiter: CUDA_DEVICE_SM_LIMIT as a share of GPU time (limiter.c). */
+/* The compute limit's entry points: the fallback pacing (limiter.c), the graphs' work
+ * (graphwork.c) and the marking the node monitor reads. The launch gate (gate.h) decides which
+ * launches the pacing sees. */
 #ifndef LB_LIMITER_H
 #define LB_LIMITER_H
 
@@ -9,11 +11,18 @@
 #include "symbols.h"
 
 /* Set once at initialization: 1 if some device has a compute limit (1..99 %) and the policy is
- * not "disable". 0 keeps every launch on the pass-through path (no watcher thread either). */
+ * not "disable". With no node scheduler either, 0 keeps every launch on the pass-through path
+ * (no watcher thread either). */
 extern int lb_launch_limited;
 
+/* At initialization: the pacing's buckets, then the gate (it maps the scheduler's files). */
 void lb_limiter_init(void);
 void lb_limiter_after_fork(void);
+/* 1 if device dev is paced when no scheduler drives it. */
+int lb_limiter_limited(int dev);
+/* The grant file names device dev (the node scheduler drives it): its pacing, whenever the
+ * scheduler is away, runs without an unthrottled calibration run. */
+void lb_limiter_scheduled(int dev);
 /* Wait until device dev may start `kernels` kernels of `blocks` thread blocks in all (a launch:
  * 1 and its grid; a graph: its kernel nodes), then charge them. */
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks);
@@ -22,7 +31,11 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks);
  * updated, forget it when destroyed, and charge it at each launch. */
 void lb_graph_work_note(CUgraphExec x, CUgraph g);
 void lb_graph_work_forget(CUgraphExec x);
-void lb_graph_launch_throttle(CUgraphExec x);
+/* A graph launch into stream s (per_thread: cuGraphLaunch_ptsz) asks the gate; what it returns
+ * goes to lb_graph_launched with the launch's result, which records the batch's marker (gate.h)
+ * after it and returns the result. */
+int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread);
+CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread);
 
 void lb_mark_launch_slow(void);
 /* Tell the node monitor that this container launched kernels (the `default` policy needs it

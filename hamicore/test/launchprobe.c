@@ -7,11 +7,14 @@
  *   --window W        report the busy fraction per W seconds as well (default 1)
  *   --workload K      uniform (default) | mix (kernels of many shapes and durations, like a BLAS
  *                     library's, in a fixed pseudo-random order) | graph (the mix's kernels as one
- *                     executable graph of chained kernel nodes, replayed with cuGraphLaunch)
+ *                     executable graph of chained kernel nodes, replayed with cuGraphLaunch) |
+ *                     burst (the uniform kernel in bursts of --burst launches, each burst followed
+ *                     by cuCtxSynchronize: the shape of latency-bound inference)
  *   --kernel-us U     uniform: each kernel spins U µs per wave of SM-count blocks (the spin kernel:
  *                     fakegpu's fakegpu_spin, PTX on a real GPU). Without it (and for --api legacy)
  *                     an empty kernel runs for FAKEGPU_LAUNCH_NS on fakegpu.
  *   --blocks B        grid blocks per launch of the uniform workload (default 1)
+ *   --burst K         burst: launches per burst (default 4)
  *   --api A           kernel (cuLaunchKernel, default) | ex (cuLaunchKernelEx) | coop
  *                     (cuLaunchCooperativeKernel) | multi (cuLaunchCooperativeKernelMultiDevice) |
  *                     legacy (cuFuncSetBlockShape + cuLaunchGrid)
@@ -71,8 +74,8 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     double seconds = 3, window = 1;
-    unsigned blocks = 1, kernel_us = 0;
-    int ptsz = 0, is_mix = 0, is_graph = 0;
+    unsigned blocks = 1, kernel_us = 0, burst = 4;
+    int ptsz = 0, is_mix = 0, is_graph = 0, is_burst = 0;
     const char *api = "kernel";
     /* --opt=value is --opt value */
     static char *args[256], buf[4096];
@@ -101,14 +104,17 @@ int main(int argc, char **argv)
             blocks = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel-us") && i + 1 < argc)
             kernel_us = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--burst") && i + 1 < argc)
+            burst = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workload") && i + 1 < argc) {
             const char *w = argv[++i];
-            if (strcmp(w, "uniform") && strcmp(w, "mix") && strcmp(w, "graph")) {
-                fprintf(stderr, "launchprobe: --workload %s: want uniform, mix or graph\n", w);
+            if (strcmp(w, "uniform") && strcmp(w, "mix") && strcmp(w, "graph") && strcmp(w, "burst")) {
+                fprintf(stderr, "launchprobe: --workload %s: want uniform, mix, graph or burst\n", w);
                 return 2;
             }
             is_mix = !strcmp(w, "mix");
             is_graph = !strcmp(w, "graph");
+            is_burst = !strcmp(w, "burst");
         } else if (!strcmp(argv[i], "--api") && i + 1 < argc)
             api = argv[++i];
         else if (!strcmp(argv[i], "--ex"))
@@ -116,8 +122,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ptsz"))
             ptsz = 1;
         else {
-            fprintf(stderr, "usage: launchprobe [--seconds S] [--window W] [--workload uniform|mix] [--kernel-us U] "
-                            "[--blocks B] [--api kernel|ex|coop|multi|legacy] [--ex] [--ptsz]\n");
+            fprintf(stderr, "usage: launchprobe [--seconds S] [--window W] [--workload uniform|mix|graph|burst] "
+                            "[--kernel-us U] [--blocks B] [--burst K] [--api kernel|ex|coop|multi|legacy] [--ex] "
+                            "[--ptsz]\n");
             return 2;
         }
     }
@@ -127,8 +134,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "launchprobe: --api %s: want kernel, ex, coop, multi or legacy\n", api);
         return 2;
     }
-    if (window <= 0 || seconds <= 0 || (a_legacy && (is_mix || is_graph || kernel_us))) {
-        fprintf(stderr, "launchprobe: --seconds and --window must be > 0; --api legacy runs the empty kernel only\n");
+    if (window <= 0 || seconds <= 0 || (a_legacy && (is_mix || is_graph || kernel_us)) || burst < 1) {
+        fprintf(stderr, "launchprobe: --seconds and --window must be > 0, --burst at least 1; --api legacy runs the "
+                        "empty kernel only\n");
         return 2;
     }
     int spin = is_mix || is_graph || kernel_us;
@@ -288,6 +296,8 @@ int main(int argc, char **argv)
         if (r != CUDA_SUCCESS)
             break;
         n++, k++;
+        if (is_burst && k % burst == 0 && (sr = sync()) != CUDA_SUCCESS)
+            break;
         work_ns += nominal, win_ns += nominal;
         double t = now_s();
         if (t - wstart >= window) {

@@ -59,6 +59,8 @@ type Options struct {
 	LibCudaLogLevel  string
 	DisableCoreLimit bool
 	HostPIDBroker    bool
+	// ComputeScheduler: vgpu-scheduler runs on the node; each container gets its grant file.
+	ComputeScheduler bool
 	FakeDriver       *FakeDriver
 	// FS is the limits file's filesystem seam; nil means the real one.
 	FS limitsfile.FS
@@ -189,6 +191,11 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 		return nil, err
 	}
 	a.fakeDriverMounts(resp)
+	if a.opts.ComputeScheduler && a.opts.Profile != ProfileHAMiV210 && !controlDisabled(req.Container) {
+		if err := a.grantMount(resp, key, req.Devices); err != nil {
+			return nil, err
+		}
+	}
 
 	switch {
 	case a.opts.Profile == ProfileHAMiV210:

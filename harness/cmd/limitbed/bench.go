@@ -15,13 +15,90 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
-// runBench: `limitbed bench compute` and `limitbed bench drivertruth`.
+// runGateBench: `limitbed bench gate`: the instructions libvgpu.so adds to a launch, natively, with
+// the library alone and while its container holds the scheduler's slice (computebench.GateCost).
+func runGateBench(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("bench gate", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	root := fs.String("root", "", "repository root (default: found from the working directory)")
+	build := fs.String("build", "", "C build directory (default: ROOT/build)")
+	n := fs.Int("n", 10000, "launches per measured run")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if os.Geteuid() != 0 {
+		return &exitError{2, fmt.Errorf("bench gate needs root (the container's private mount namespace)")}
+	}
+	r, b, err := buildPaths(*root, *build, "bin/hamicore-allocprobe", "lib/libvgpu.so")
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "limitbed-gate-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	g := &computebench.GateCost{AllocProbe: filepath.Join(b, "bin", "hamicore-allocprobe"), Preload: filepath.Join(b, "lib", "libvgpu.so"),
+		Lib: filepath.Join(b, "lib"), ProfileDir: filepath.Join(r, "fakegpu", "profiles"),
+		Privatens: filepath.Join(r, "hamicore", "test", "privatens"), Dir: dir, N: *n, Logger: klog.Background().V(4)}
+	f, err := g.Run(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "| instructions per cuLaunchKernel (fakegpu, N=%d, callgrind: the launch loop only) | per launch | added | target |\n|---|---|---|---|\n", *n)
+	fmt.Fprintf(env.stdout, "| without libvgpu.so | %d | — | — |\n", f.Native)
+	fmt.Fprintf(env.stdout, "| with libvgpu.so, no scheduler, nothing limited | %d | %d | ≤ 50 |\n", f.Library, f.Library-f.Native)
+	fmt.Fprintf(env.stdout, "| with libvgpu.so, the scheduler letting the container launch (the held slice's path) | %d | %d | ≤ 50 |\n", f.Held, f.Held-f.Native)
+	return nil
+}
+
+// runPodFiles: `limitbed bench pod`: the files the device plugin writes at Allocate for a container
+// on a node with the compute scheduler (its limits file, cache directory and grant file), for
+// processes started by hand on a real GPU (scripts/gpu-check.sh, section sched).
+func runPodFiles(env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("bench pod", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	hook := fs.String("hook", "", "the node's hook path: files go to HOOK/vgpu/containers and HOOK/vgpu/sched (required)")
+	gpu := fs.String("gpu", "", "the container's GPU: its UUID, as nvidia-smi --query-gpu=uuid prints it (required)")
+	spec := fs.String("container", "", "the container: name=N,limit=L[,policy=force|default|disable][,priority=P] (required); its key is N_main")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	if *hook == "" || *gpu == "" || *spec == "" || fs.NArg() > 0 {
+		return &exitError{2, fmt.Errorf("bench pod: --hook, --gpu and --container are required (and nothing else)")}
+	}
+	c, err := computebench.ParseContainer(*spec, 0)
+	if err != nil {
+		return &exitError{2, fmt.Errorf("--container: %w", err)}
+	}
+	if c.Policy == "none" {
+		return &exitError{2, fmt.Errorf("--container: policy none has no files")}
+	}
+	key := c.Name + "_main"
+	containers, grants := filepath.Join(*hook, "vgpu", "containers"), filepath.Join(*hook, "vgpu", "sched")
+	if err := computebench.RecordContainer(containers, grants, key, c, *gpu); err != nil {
+		return &exitError{1, fmt.Errorf("bench pod: %w", err)}
+	}
+	fmt.Fprintf(env.stdout, "%s %s %s\n", filepath.Join(containers, key), filepath.Join(containers, key+".limits"),
+		filepath.Join(grants, key+".grant"))
+	return nil
+}
+
+// runBench: `limitbed bench compute|drivertruth|gate|pod`: compute runs each workload alone per
+// policy, or with --container/--scenario several containers sharing fakegpu's GPUs (shared.go).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) > 0 && args[0] == "drivertruth" {
-		return runDriverTruth(ctx, env, args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "drivertruth":
+			return runDriverTruth(ctx, env, args[1:])
+		case "gate":
+			return runGateBench(ctx, env, args[1:])
+		case "pod":
+			return runPodFiles(env, args[1:])
+		}
 	}
 	if len(args) == 0 || args[0] != "compute" {
-		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|drivertruth [flags] (run with -h for the flags)")}
+		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|drivertruth|gate|pod [flags] (run with -h for the flags)")}
 	}
 	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
@@ -34,11 +111,28 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	policies := fs.String("policies", "force,disable,default", "comma-separated policies")
 	tol := fs.Float64("tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
 	perWindow := fs.Bool("windows", false, "also print every 1 s ratio")
+	var specs stringList
+	fs.Var(&specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
+		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
+	scenario := fs.String("scenario", "", "a named shared-GPU scenario (list: --scenario list)")
+	profile := fs.String("profile", "", "fakegpu profile of a shared-GPU run (default a16-16q; 8x-h100-80g has eight GPUs)")
+	asJSON := fs.Bool("json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
+	var extraEnv stringList
+	fs.Var(&extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
+	scheduler := fs.Bool("scheduler", false, "shared-GPU runs: as on a node with vgpu-scheduler (root: each container in a private mount namespace with its grant file)")
+	schedBin := fs.String("scheduler-binary", "", "with --scheduler: run this vgpu-scheduler as a process and print its CPU time (default BUILD/bin/vgpu-scheduler if it exists, else the scheduler runs in this process)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return &exitError{2, err}
 	}
 	if fs.NArg() > 0 {
 		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if len(specs) > 0 || *scenario != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		return runShared(ctx, env, sharedFlags{specs: specs, scenario: *scenario, profile: *profile, root: *root, build: *build,
+			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv,
+			scheduler: *scheduler, schedBin: *schedBin})
 	}
 	var ls []int
 	for _, f := range strings.Split(*limits, ",") {
@@ -63,22 +157,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if *seconds < 3 {
 		return &exitError{2, fmt.Errorf("--seconds %d: at least 3 (the first 2 s are not judged)", *seconds)}
 	}
-	if *root == "" {
-		r, err := sandbox.RepoRoot()
-		if err != nil {
-			return &exitError{2, err}
-		}
-		*root = r
-	}
-	if *build == "" {
-		*build = filepath.Join(*root, "build")
+	var err error
+	if *root, *build, err = buildPaths(*root, *build, "bin/hamicore-launchprobe", "lib/libvgpu.so"); err != nil {
+		return err
 	}
 	probe, lib := filepath.Join(*build, "bin", "hamicore-launchprobe"), filepath.Join(*build, "lib", "libvgpu.so")
-	for _, p := range []string{probe, lib} {
-		if _, err := os.Stat(p); err != nil {
-			return &exitError{2, fmt.Errorf("%w (build it: make c OUT=%s)", err, *build)}
-		}
-	}
 	dir, err := os.MkdirTemp("", "limitbed-bench-")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -110,6 +193,27 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintln(env.stdout, "bench compute: every run within bounds")
 	return nil
+}
+
+// buildPaths fills in the repository root and the C build directory and checks that the build
+// holds what the bench runs.
+func buildPaths(root, build string, need ...string) (string, string, error) {
+	if root == "" {
+		r, err := sandbox.RepoRoot()
+		if err != nil {
+			return "", "", &exitError{2, err}
+		}
+		root = r
+	}
+	if build == "" {
+		build = filepath.Join(root, "build")
+	}
+	for _, n := range need {
+		if _, err := os.Stat(filepath.Join(build, n)); err != nil {
+			return "", "", &exitError{2, fmt.Errorf("%w (build it: make c OUT=%s)", err, build)}
+		}
+	}
+	return root, build, nil
 }
 
 func contains(list []string, s string) bool {

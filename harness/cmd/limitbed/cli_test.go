@@ -13,6 +13,8 @@ import (
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/tiers"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // TestHelpDescribesWhatExists pins the help texts to the code: no command says a tier is missing
@@ -128,4 +130,105 @@ func TestMatrixScriptWithoutEngine(t *testing.T) {
 			t.Errorf("output does not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// bench compute's shared-GPU flags refuse what they cannot run, with exit 2 and the fix named,
+// before anything is built or started; --scenario list names every scenario.
+func TestBenchSharedFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--container", "limit=30", "--real"}, "fakegpu only"},
+		{[]string{"--container", "limit=300"}, "limit=300"},
+		{[]string{"--container", "colour=blue"}, "unknown key"},
+		{[]string{"--scenario", "nope"}, "force-30-50-mix"},
+		{[]string{"--scenario", "force-30-50-mix", "--container", "limit=30"}, "give one"},
+		{[]string{"--container", "limit=30", "--env", "NOVALUE"}, "KEY=VALUE"},
+		{[]string{"--container", "limit=30,start=5s", "--seconds", "6"}, "needs 3 s more"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"bench", "compute"}, c.args...), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("bench compute %v: exit %d, stderr %q; want exit 2 naming %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "compute", "--scenario", "list"}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "force-16-sum-100") || !strings.Contains(out.String(), "force-8x8-gpus") {
+		t.Errorf("--scenario list: exit %d, %q", code, out.String())
+	}
+}
+
+func TestBusyAfter(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{0, 0.5, 1, 0.9}, 0.95},
+		{[]float64{0, 0.5, -1, 0.9}, 0.9},
+		{[]float64{0.3, 0.5}, -1},
+		{nil, -1},
+	} {
+		if got := busyAfter(tc.in, 2); got < tc.want-1e-9 || got > tc.want+1e-9 {
+			t.Errorf("busyAfter(%v, 2) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestBenchPodFiles: `limitbed bench pod` writes the device plugin's files for a scheduled
+// container (the limits file the library reads, the grant file the scheduler drives), and
+// refuses what it cannot write with the flag named.
+func TestBenchPodFiles(t *testing.T) {
+	hook := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hook", hook, "--container", "name=a,limit=30"}, "required"},
+		{[]string{"--hook", hook, "--gpu", "GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50", "--container", "name=a,colour=blue"}, "unknown key"},
+		{[]string{"--hook", hook, "--gpu", "GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50", "--container", "name=a,policy=none"}, "policy none"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append([]string{"bench", "pod"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("bench pod %v: exit %d, stderr %q; want exit 2 naming %q", c.args, code, errb.String(), c.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "pod", "--hook", hook, "--gpu", "MIG-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50", "--container", "name=a,limit=30"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "GPU-") {
+		t.Errorf("a MIG UUID: exit %d, stderr %q; want exit 1 naming the GPU- prefix", code, errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"bench", "pod", "--hook", hook, "--gpu", "GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50", "--container", "name=p30,limit=30,priority=1"}, &out, &errb); code != 0 {
+		t.Fatalf("bench pod: exit %d, stderr %s", code, errb.String())
+	}
+	dir := filepath.Join(hook, "vgpu", "containers", "p30_main")
+	if want := dir + " " + dir + ".limits " + filepath.Join(hook, "vgpu", "sched", "p30_main.grant") + "\n"; out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+	lim := limitsfile.Parse(mustRead(t, dir+".limits"))
+	if lim.Vars["CUDA_DEVICE_SM_LIMIT"] != "30" || lim.Vars["CUDA_TASK_PRIORITY"] != "1" || lim.Vars["GPU_CORE_UTILIZATION_POLICY"] != "force" {
+		t.Errorf("limits file: %+v", lim.Vars)
+	}
+	g, err := schedproto.OpenGrant(filepath.Join(hook, "vgpu", "sched", "p30_main.grant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if gpus := g.GPUs(); len(gpus) != 1 || gpus[0].String() != "GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50" {
+		t.Errorf("grant file names %v", gpus)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Errorf("no cache directory %s: %v", dir, err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -4,6 +4,8 @@
 //	limitbed doctor [flags]   a GPU pod or node of a live cluster; no flags: what this machine can run
 //	limitbed bench compute    the compute limit on fakegpu or a real GPU (make bench)
 //	limitbed bench drivertruth  the node's driver-truth accounting against fakegpu or a real GPU
+//	limitbed bench gate       the instructions libvgpu.so adds to a launch (make bench)
+//	limitbed bench pod        a scheduled container's files, for processes on a real GPU
 //	limitbed e2e [flags]      the kind tier (make e2e)
 //
 // Only main exits; every subcommand returns an error and an exit code.
@@ -47,7 +49,7 @@ type cliEnv struct {
 var commands = []command{
 	{"matrix", "run the compatibility matrix and compare it with testdata/matrix/expected.json", runMatrix},
 	{"doctor", "check a GPU pod or node of a live cluster (--pod, --node); without flags, which tiers this machine can run", runDoctor},
-	{"bench", "bench compute: the compute limit per workload and policy, achieved/unlimited per 1 s and 10 s window; bench drivertruth: the driver's per-process figures against the monitor's attribution", runBench},
+	{"bench", "bench compute: the compute limit per workload and policy, achieved/unlimited per 1 s and 10 s window; bench drivertruth: the driver's per-process figures against the monitor's attribution; bench gate: a launch's added instructions; bench pod: a scheduled container's files", runBench},
 	{"e2e", "run the kind tier: a kind cluster with a real kubelet, the chart and the scenarios (make e2e)", runE2E},
 }
 

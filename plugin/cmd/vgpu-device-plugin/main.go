@@ -38,6 +38,7 @@ type options struct {
 	nvmlLibrary      string
 	compatProfile    string
 	healthChecks     bool
+	computeScheduler bool
 	fakeDriver       bool
 	fakeLibDir       string
 	fakeProfile      string
@@ -100,6 +101,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (real or fakegpu); empty uses the loader's search path")
 	fs.StringVar(&o.compatProfile, "compat-profile", "current", "behave like: current | hami-v2.10 (env only, random <uuid>.cache, no file)")
 	fs.BoolVar(&o.healthChecks, "health-checks", true, "watch NVML for critical XIDs and mark GPUs unhealthy")
+	fs.BoolVar(&o.computeScheduler, "compute-scheduler", false, "vgpu-scheduler runs on this node: give each container its grant file (<hook-path>/vgpu/sched/<key>.grant, read-only at /usr/local/vgpu/sched.grant)")
 	fs.BoolVar(&o.fakeDriver, "fake-driver", false, "test bed: mount fakegpu's libraries, profile and state into containers")
 	fs.StringVar(&o.fakeLibDir, "fake-driver-lib-dir", "", "host dir with fakegpu's libcuda.so.1 and libnvidia-ml.so.1")
 	fs.StringVar(&o.fakeProfile, "fake-driver-profile", "", "host path of the fakegpu profile, mounted at fakegpu's default /etc/fakegpu/profile")

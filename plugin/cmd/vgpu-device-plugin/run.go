@@ -42,6 +42,7 @@ func serve(ctx context.Context, o options) error {
 		LibCudaLogLevel:  eff.LibCudaLogLevel,
 		DisableCoreLimit: eff.DisableCoreLimit,
 		HostPIDBroker:    eff.HostPIDBroker,
+		ComputeScheduler: o.computeScheduler,
 	}
 	if o.fakeDriver {
 		aopts.FakeDriver = &allocate.FakeDriver{LibDir: o.fakeLibDir, ProfilePath: o.fakeProfile, StateDir: o.fakeStateDir}

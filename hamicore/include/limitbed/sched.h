@@ -1,0 +1,102 @@
+/*
+ * The binary layout of the compute scheduler's two files (docs/hamicore.md, "Compute limit"):
+ *
+ *   grant file   node -> container. Written by the node's scheduler (vgpu-scheduler), created by
+ *                the device plugin at Allocate, mounted read-only at LB_SCHED_GRANT_PATH. Says, per
+ *                GPU of the container, whether its processes may launch now.
+ *   report file  container -> node. Created by libvgpu.so at LB_SCHED_REPORT_PATH in the
+ *                container's read-write cache directory; the scheduler maps it read-only and treats
+ *                every word as hostile: what a container writes here can only change what the
+ *                scheduler decides for that container.
+ *
+ * This header is the single source of truth for both layouts: libvgpu.so includes it, and
+ * plugin/schedproto (the scheduler's side, one package) is held to it by a test that compiles a
+ * program printing every offset (plugin/schedproto/testdata/layout.c). Both files are one page; an
+ * entry is one cache line, so launchers of two GPUs never share a line. Integers are in the byte
+ * order of the machine (node and container share it).
+ *
+ * Changing an offset, a size or a meaning requires a new LB_SCHED_VERSION.
+ */
+#ifndef LIMITBED_SCHED_H
+#define LIMITBED_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "LBSCHED\0" and "LBREPORT" read as little-endian 64-bit integers. */
+#define LB_SCHED_GRANT_MAGIC 0x004445484353424CULL
+#define LB_SCHED_REPORT_MAGIC 0x54524F504552424CULL
+#define LB_SCHED_VERSION 1u
+#define LB_SCHED_MAX_GPUS 16
+#define LB_SCHED_FILE_SIZE 4096u
+
+/* Container paths, compiled in like /overrideEnv: a process finds them without any environment
+ * (login sessions too), and no variable a process sets can point it elsewhere. */
+#define LB_SCHED_GRANT_PATH "/usr/local/vgpu/sched.grant"
+#define LB_SCHED_REPORT_PATH "/usr/local/vgpu/sched.report"
+
+/* grant word: (sequence << LB_GRANT_SEQ_SHIFT) | state. The scheduler bumps the sequence on every
+ * write, so a launcher that saw the word knows whether anything changed since; it stays the same
+ * for the whole of a slice, which is what the launch path compares. The entry's beat is bumped
+ * every few milliseconds instead: a beat that stops moving means a scheduler that stopped. */
+#define LB_GRANT_STATE_MASK 3u
+#define LB_GRANT_SEQ_SHIFT 2
+#define LB_GRANT_OFF 0u  /* the scheduler does not drive this GPU for this container: pace alone */
+#define LB_GRANT_WAIT 1u /* another container's turn: launches wait (a new file's state: until the
+                          * scheduler's first word, or 0.5 s of a silent heartbeat) */
+#define LB_GRANT_RUN 2u  /* this container's slice (grant_id names it): launch, report the drain */
+#define LB_GRANT_FREE 3u /* not held (policy, no contender): launch freely */
+
+/* One GPU of the container, in the container's device order (the plugin's record). */
+struct lb_sched_grant_entry {
+    uint8_t uuid[16];           /*  0  the GPU's UUID as cuDeviceGetUuid returns it; zero = unused */
+    uint32_t word;              /* 16  state and sequence (above); accessed atomically */
+    uint32_t grant_id;          /* 20  RUN: the slice's id, nonzero; written before the word */
+    uint32_t budget_us;         /* 24  RUN: the slice's planned length, in µs (0: until revoked); the
+                                 *      library's queue bound follows what is left of it */
+    uint32_t beat;              /* 28  the scheduler's heartbeat: bumped every 10 ms */
+    uint32_t reserved[8];       /* 32 */
+};                              /* 64 */
+
+struct lb_sched_grant {
+    uint64_t magic;             /*   0  LB_SCHED_GRANT_MAGIC */
+    uint32_t version;           /*   8  LB_SCHED_VERSION */
+    uint32_t ngpus;             /*  12  entries in use (the container's GPUs) */
+    uint32_t period_us;         /*  16  the scheduler's period: a waiting launcher gets its slice within it */
+    uint32_t reserved[11];      /*  20 */
+    struct lb_sched_grant_entry gpu[LB_SCHED_MAX_GPUS]; /* 64 */
+};                              /* 1088, in a LB_SCHED_FILE_SIZE file */
+
+/* report join word: (grant_id << 32) | (joins << 16) | drains. A process that starts launching
+ * under slice grant_id adds a join (the first one of a slice resets the word); when its work of
+ * that slice has finished (the slice was revoked, or it went idle) it adds a drain. joins ==
+ * drains: nothing of the container runs under that slice. Both saturate at 0xffff. */
+#define LB_JOIN_GRANT_SHIFT 32
+#define LB_JOIN_JOINS_SHIFT 16
+#define LB_JOIN_COUNT_MASK 0xffffu
+
+struct lb_sched_report_entry {
+    uint64_t join;              /*  0  slice, joins, drains (above) */
+    uint32_t want;              /*  8  bumped by launchers while they wait for the slice: pending work */
+    uint32_t active;            /* 12  the beat last seen by a process that launched since the one before */
+    uint32_t bell;              /* 16  bumped, then futex-woken, after every drain */
+    uint32_t reserved[11];      /* 20 */
+};                              /* 64 */
+
+struct lb_sched_report {
+    uint64_t magic;             /*   0  LB_SCHED_REPORT_MAGIC */
+    uint32_t version;           /*   8  LB_SCHED_VERSION */
+    uint32_t reserved[13];      /*  12 */
+    struct lb_sched_report_entry gpu[LB_SCHED_MAX_GPUS]; /* 64, indexed like the grant file's */
+};                              /* 1088, in a LB_SCHED_FILE_SIZE file */
+
+_Static_assert(sizeof(struct lb_sched_grant_entry) == 64, "grant entry size");
+_Static_assert(offsetof(struct lb_sched_grant_entry, word) == 16, "grant word offset");
+_Static_assert(offsetof(struct lb_sched_grant, gpu) == 64, "grant entries offset");
+_Static_assert(sizeof(struct lb_sched_grant) == 1088, "grant size");
+_Static_assert(sizeof(struct lb_sched_report_entry) == 64, "report entry size");
+_Static_assert(offsetof(struct lb_sched_report, gpu) == 64, "report entries offset");
+_Static_assert(sizeof(struct lb_sched_report) == 1088, "report size");
+_Static_assert(sizeof(struct lb_sched_report) <= LB_SCHED_FILE_SIZE, "report fits its file");
+
+#endif /* LIMITBED_SCHED_H */

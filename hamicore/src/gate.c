@@ -1,0 +1,431 @@
+/*
+ * The launch gate (gate.h). For a device the node's scheduler drives (its GPU is in the grant
+ * file), a launch goes while the grant word says RUN (this container's slice) or FREE (not held),
+ * and waits while it says WAIT; a launch into a capturing stream never waits (it runs nothing).
+ * The process reports, in the container's report file, that it waits (want), that it launches
+ * (active, joins of the slice) and, through its helper thread, when its work of a revoked slice
+ * has drained (drains, then the bell the scheduler sleeps on). While it holds a slice it keeps
+ * little work queued (markers.h), so a revoked slice drains in milliseconds.
+ *
+ * The scheduler beats every entry every 10 ms. A beat that has not moved for LB_SCHED_DEAD_NS (or
+ * an entry the scheduler set OFF) means no scheduler: the device is paced by
+ * this process alone (limiter.c), and the log says so; when the word moves again the scheduler
+ * takes over. So a scheduler that dies stalls no launch for longer than that, and leaves no slice
+ * running unheld for longer than that either (the helper thread watches the word while the
+ * process holds a slice).
+ */
+#include "gate.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "init.h"
+#include "limiter.h"
+#include "log.h"
+#include "markers.h"
+#include "reserve.h"
+#include "schedclient.h"
+#include "symbols.h"
+
+#define LB_SCHED_DEAD_NS 500000000LL /* a grant word unchanged this long: the scheduler stopped */
+#define WANT_EVERY_NS 10000000LL     /* a waiting launcher bumps want at least this often */
+#define WAIT_NS 10000000LL           /* and sleeps on the grant word at most this long at a time */
+#define IDLE_NS 2000000LL            /* a holder with nothing launched or queued this long releases */
+#define TICK_NS 1000000LL            /* the helper's step while the process holds a slice */
+#define FREE_TICK_NS 20000000LL      /* ... while it only runs free (the launcher sees a revoke itself) */
+#define MARK_POLL_NS 100000LL        /* a launcher waiting for queue room looks again this often */
+
+/* The fast path compares *word with open (0). A device the scheduler does not drive points at a
+ * word that is always 0 (launches pass; a limited one is paced instead, see below); g_shut is never
+ * 0: every launch takes the slow path. */
+static const _Atomic uint32_t g_local = 0;
+static const _Atomic uint32_t g_shut = 1;
+
+enum mode { M_UNKNOWN, M_SCHED, M_SELF };
+
+struct slow {
+    pthread_mutex_t mu;
+    int resolved, entry;     /* the device's grant entry, -1: not scheduled */
+    enum mode mode;          /* what the log said last */
+    uint32_t seen;           /* the beat last seen ... */
+    int64_t seen_at;         /* ... since then (CLOCK_MONOTONIC ns) */
+    uint32_t joined;         /* the slice this process joined, 0 none */
+    uint32_t budget_us;      /* its planned length (the queue bound follows what is left, markers.h) */
+    int64_t join_at;         /* when it joined */
+    uint32_t gen;            /* joins so far (a drain reported for an older join does not end a newer one) */
+    int free_join;           /* it joined a FREE grant: no markers, no idle release */
+    uintptr_t ctx;           /* the context its launches of the slice used (the drain synchronises it) */
+    uint32_t active;         /* the beat last reported active */
+    int64_t want_at;
+    struct lb_markers mk;
+    uint32_t issued;         /* the launches the last batch let through (its first included) */
+    uint32_t mk_n;           /* ... and the one before it: what the next marker covers */
+    uintptr_t mk_ctx;        /* the context of the markers' events */
+    int no_marks;            /* events failed: no queue bound (logged once) */
+    uint32_t slow_launches;  /* launches through here (the helper's idle test) */
+    int32_t seen_left;
+    uint32_t seen_slow;
+    int64_t quiet_since;
+};
+
+struct lb_gate_fast lb_gates[LB_REGION_MAX_DEVICES];
+int lb_launch_gated;
+static struct slow g_slow[LB_REGION_MAX_DEVICES];
+static _Atomic int g_helper;     /* 0 none, 1 running (or starting) */
+static _Atomic uint32_t g_kick;  /* the helper sleeps on it when nothing is held (process-private) */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void shut(int d) { atomic_store_explicit(&lb_gates[d].word, &g_shut, memory_order_relaxed); }
+
+static void reset(int d)
+{
+    struct slow *sl = &g_slow[d];
+    pthread_mutex_init(&sl->mu, NULL);
+    sl->resolved = 0, sl->entry = -1, sl->mode = M_UNKNOWN, sl->joined = 0, sl->gen = 0, sl->active = 0;
+    sl->want_at = 0, sl->mk_ctx = 0, sl->no_marks = 0, sl->slow_launches = 0, sl->quiet_since = 0;
+    sl->issued = 0, sl->mk_n = 0;
+    lb_mk_reset(&sl->mk);
+    atomic_store(&lb_gates[d].open, 0);
+    atomic_store(&lb_gates[d].left, 0);
+    shut(d);
+}
+
+void lb_gate_init(void)
+{
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+        reset(d);
+    int scheduled = lb_sched_attach(LB_SCHED_GRANT_PATH, LB_SCHED_REPORT_PATH);
+    lb_launch_gated = scheduled || lb_launch_limited;
+}
+
+void lb_gate_after_fork(void)
+{
+    /* The child's launches are its own: it joins slices itself, its helper starts on demand; the
+     * parent's events (and contexts) are not the child's. The files stay mapped. */
+    atomic_store(&g_helper, 0);
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+        reset(d);
+}
+
+/* The log says once per change which mode a device is in. */
+static void say(struct slow *sl, int d, enum mode m, const char *why)
+{
+    if (sl->mode == m)
+        return;
+    if (m == M_SCHED) {
+        LB_INFO("compute limit: device %d: launches follow the node scheduler's slices", d);
+    }
+    else if (sl->mode == M_SCHED)
+        LB_WARN("compute limit: device %d: %s: paced by this library alone until it drives the device again", d, why);
+    else
+        LB_INFO("compute limit: device %d: %s: paced by this library alone", d, why);
+    sl->mode = m;
+}
+
+static void resolve(int d, struct slow *sl)
+{
+    sl->resolved = 1;
+    sl->entry = -1;
+    if (lb_grant) {
+        __typeof__(&cuDeviceGet) get = LB_REAL(cuDeviceGet);
+        __typeof__(&cuDeviceGetUuid) uuid = LB_REAL(cuDeviceGetUuid);
+        CUdevice h;
+        CUuuid u;
+        lb_guard_enter();
+        if (get && uuid && get(&h, d) == CUDA_SUCCESS && uuid(&u, h) == CUDA_SUCCESS)
+            sl->entry = lb_sched_entry((const uint8_t *)u.bytes);
+        lb_guard_leave();
+        if (sl->entry < 0)
+            say(sl, d, M_SELF, "its GPU is not in the grant file");
+        else
+            lb_limiter_scheduled(d); /* paced alone only while the scheduler is away: never an
+                                      * unthrottled calibration run beside its slices */
+    }
+    sl->seen = sl->entry >= 0 ? lb_sched_beat(sl->entry) : 0;
+    sl->seen_at = now_ns();
+    if (sl->entry < 0 && !lb_limiter_limited(d))
+        atomic_store(&lb_gates[d].word, &g_local); /* nothing to hold: the fast path passes */
+}
+
+static int capturing(CUstream s, int per_thread)
+{
+    return lb_stream_capturing(per_thread && !s ? CU_STREAM_PER_THREAD : s);
+}
+
+/* The oldest markers that completed (lock held). */
+static void poll_markers(struct slow *sl, int64_t now)
+{
+    __typeof__(&cuEventQuery) query = LB_REAL(cuEventQuery);
+    while (sl->mk.count && query) {
+        lb_guard_enter();
+        CUresult r = query((CUevent)sl->mk.ring[sl->mk.head].ev);
+        lb_guard_leave();
+        if (r == CUDA_ERROR_NOT_READY)
+            break;
+        lb_mk_done(&sl->mk, now); /* an error (its context is gone) counts as done */
+    }
+}
+
+static void *helper(void *arg);
+
+static void ensure_helper(void)
+{
+    int zero = 0;
+    if (atomic_load_explicit(&g_helper, memory_order_relaxed) || !atomic_compare_exchange_strong(&g_helper, &zero, 1)) {
+        atomic_fetch_add(&g_kick, 1);
+        syscall(SYS_futex, &g_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are never ours */
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    pthread_t t;
+    int r = pthread_create(&t, &a, helper, NULL);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (r != 0) {
+        atomic_store(&g_helper, 0);
+        /* Without it drains are not reported: the scheduler charges this container its drain
+         * waits (DrainWait each), never another's time. */
+        LB_ERROR("compute limit: cannot start the scheduler client thread (error %d): drains are not reported", r);
+    }
+}
+
+int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks)
+{
+    struct slow *sl = &g_slow[d];
+    struct lb_gate_fast *f = &lb_gates[d];
+    pthread_mutex_lock(&sl->mu);
+    if (!sl->resolved)
+        resolve(d, sl);
+    if (sl->entry < 0) {
+        pthread_mutex_unlock(&sl->mu);
+        lb_limiter_take(d, kernels, blocks);
+        return 0;
+    }
+    int e = sl->entry;
+    const _Atomic uint32_t *wp = lb_sched_word(e);
+    for (;;) {
+        uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK, beat = lb_sched_beat(e);
+        int64_t now = now_ns();
+        if (beat != sl->seen)
+            sl->seen = beat, sl->seen_at = now;
+        if (st == LB_GRANT_OFF || now - sl->seen_at > LB_SCHED_DEAD_NS) {
+            say(sl, d, M_SELF, st == LB_GRANT_OFF ? "the node scheduler does not drive it" : "the node scheduler is silent");
+            shut(d); /* every launch asks again: the scheduler may come back */
+            pthread_mutex_unlock(&sl->mu);
+            lb_limiter_take(d, kernels, blocks);
+            return 0;
+        }
+        say(sl, d, M_SCHED, "");
+        if (beat != sl->active)
+            lb_sched_active(e, beat), sl->active = beat;
+        if (st == LB_GRANT_RUN || st == LB_GRANT_FREE) {
+            uint32_t g = lb_sched_grant_id(e);
+            if (sl->joined != g) {
+                lb_sched_join(e, g);
+                sl->joined = g, sl->gen++, sl->ctx = lb_cur_ctx(), sl->free_join = st == LB_GRANT_FREE;
+                sl->budget_us = atomic_load((const _Atomic uint32_t *)&lb_grant->gpu[e].budget_us);
+                sl->join_at = sl->quiet_since = now;
+                ensure_helper();
+            }
+            int mark = st == LB_GRANT_RUN && !sl->no_marks;
+            while (mark) {
+                poll_markers(sl, now);
+                if (lb_mk_room(&sl->mk, lb_mk_bound(sl->budget_us, now - sl->join_at)))
+                    break;
+                pthread_mutex_unlock(&sl->mu);
+                nap(MARK_POLL_NS);
+                pthread_mutex_lock(&sl->mu);
+                now = now_ns();
+                if (atomic_load(wp) != w)
+                    break; /* the grant changed while the queue drained: decide again */
+            }
+            if (mark && atomic_load(wp) != w)
+                continue;
+            atomic_store_explicit(&f->open, w, memory_order_relaxed);
+            if (mark)
+                sl->mk_n = sl->issued, sl->issued = sl->mk.batch;
+            atomic_store_explicit(&f->left, mark ? (int32_t)sl->mk.batch : INT32_MAX, memory_order_relaxed);
+            atomic_store_explicit(&f->word, wp, memory_order_relaxed);
+            sl->slow_launches++;
+            pthread_mutex_unlock(&sl->mu);
+            return mark;
+        }
+        /* Another container's turn. A launch into a capturing stream runs nothing: it goes. */
+        if (capturing(s, per_thread)) {
+            pthread_mutex_unlock(&sl->mu);
+            return 0;
+        }
+        if (now - sl->want_at >= WANT_EVERY_NS)
+            lb_sched_want(e), sl->want_at = now;
+        pthread_mutex_unlock(&sl->mu);
+        lb_futex_wait(wp, w, WAIT_NS);
+        pthread_mutex_lock(&sl->mu);
+    }
+}
+
+void lb_gate_after(int d, CUstream s, int per_thread)
+{
+    struct slow *sl = &g_slow[d];
+    __typeof__(&cuEventCreate) create = LB_REAL(cuEventCreate);
+    __typeof__(&cuEventRecord) record = LB_REAL(cuEventRecord);
+    if (!create || !record)
+        return;
+    CUstream stream = per_thread && !s ? CU_STREAM_PER_THREAD : s;
+    pthread_mutex_lock(&sl->mu);
+    uintptr_t ctx = lb_cur_ctx();
+    if (sl->no_marks || (sl->mk_ctx != ctx && sl->mk.count)) {
+        pthread_mutex_unlock(&sl->mu); /* markers of another context in flight: this batch goes unmarked */
+        return;
+    }
+    if (sl->mk_ctx != ctx) {
+        lb_mk_reset(&sl->mk); /* the spare events are another context's */
+        sl->mk_ctx = ctx, sl->mk_n = 0;
+    }
+    CUevent ev = (CUevent)lb_mk_spare(&sl->mk);
+    lb_guard_enter();
+    if (!ev && create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        lb_guard_leave();
+        sl->no_marks = 1;
+        LB_WARN("compute limit: device %d: cannot create events: the work queued in a slice is not bounded", d);
+        pthread_mutex_unlock(&sl->mu);
+        return;
+    }
+    CUresult r = record(ev, stream);
+    lb_guard_leave();
+    /* It covers the launches of the last batch after its first (its marker's) and this one. */
+    uint32_t n = sl->mk_n ? sl->mk_n : 1;
+    if (r == CUDA_SUCCESS)
+        lb_mk_push(&sl->mk, ev, now_ns(), n);
+    else if (sl->mk.nspare < LB_MK_RING)
+        sl->mk.spare[sl->mk.nspare++] = ev;
+    pthread_mutex_unlock(&sl->mu);
+}
+
+/* The work of the slice the process joined has finished on the GPU: waits for it (lock held;
+ * released meanwhile), reports the drain. */
+static void drain(int d, struct slow *sl)
+{
+    uint32_t g = sl->joined, gen = sl->gen;
+    uintptr_t ctx = sl->ctx;
+    shut(d);
+    pthread_mutex_unlock(&sl->mu);
+    __typeof__(&cuCtxGetCurrent) cur = LB_REAL(cuCtxGetCurrent);
+    __typeof__(&cuCtxSetCurrent) set = LB_REAL(cuCtxSetCurrent);
+    __typeof__(&cuCtxSynchronize) sync = LB_REAL(cuCtxSynchronize);
+    CUcontext old = NULL;
+    if (cur && set && sync && ctx && cur(&old) == CUDA_SUCCESS) {
+        if (set((CUcontext)ctx) == CUDA_SUCCESS)
+            (void)sync(); /* an error (the context is gone): nothing of it runs any more */
+        (void)set(old);
+    }
+    int64_t now = now_ns();
+    pthread_mutex_lock(&sl->mu);
+    lb_sched_drained(sl->entry, g);
+    if (sl->gen == gen)
+        sl->joined = 0;
+    while (sl->mk.count)
+        lb_mk_done(&sl->mk, now); /* everything before the synchronisation has run */
+}
+
+/* One step of a held device (lock held). */
+static void tick(int d, struct slow *sl, int64_t now)
+{
+    const _Atomic uint32_t *wp = lb_sched_word(sl->entry);
+    uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK, beat = lb_sched_beat(sl->entry);
+    if (beat != sl->seen)
+        sl->seen = beat, sl->seen_at = now;
+    if (now - sl->seen_at > LB_SCHED_DEAD_NS) {
+        shut(d); /* the launchers find the scheduler gone and pace alone */
+        return;
+    }
+    if ((st != LB_GRANT_RUN && st != LB_GRANT_FREE) || lb_sched_grant_id(sl->entry) != sl->joined) {
+        drain(d, sl);
+        return;
+    }
+    /* Launches since the last step: the container is busy (its neighbours' `default` policy
+     * reads it); the launch path itself never writes it while the slice is held. */
+    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
+    int launched = left != sl->seen_left || sl->slow_launches != sl->seen_slow;
+    if (launched) {
+        sl->seen_left = left, sl->seen_slow = sl->slow_launches, sl->quiet_since = now;
+        if (beat != sl->active)
+            lb_sched_active(sl->entry, beat), sl->active = beat;
+        lb_mark_launch(); /* the node monitor's view: the launch path skips it while the gate is open */
+    }
+    if (sl->free_join)
+        return;
+    unsigned queued = sl->mk.count;
+    poll_markers(sl, now);
+    if (sl->mk.count < queued)
+        sl->quiet_since = now; /* idle is measured from when its queue ran dry, not from its last
+                                * launch: a synchronisation after a burst is not idleness */
+    if (!launched && !sl->mk.count && now - sl->quiet_since >= IDLE_NS)
+        drain(d, sl); /* idle: its slice can go to another container */
+}
+
+static void *helper(void *arg)
+{
+    (void)arg;
+    lb_guard_enter(); /* our own driver calls pass straight through our wrappers */
+    /* Relaxed capture mode: the drain's synchronisation must not disturb another thread's
+     * capture (a global-mode capture forbids unsafe calls in every thread). */
+    __typeof__(&cuThreadExchangeStreamCaptureMode) xmode = LB_REAL(cuThreadExchangeStreamCaptureMode);
+    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (xmode)
+        (void)xmode(&relaxed);
+    for (;;) {
+        int held = 0, one = -1, free_only = 1;
+        /* Read before the scan: a launcher that joins during it (after its device was looked at)
+         * kicks, and the wait below returns at once instead of sleeping through its slice. */
+        uint32_t kick = atomic_load(&g_kick);
+        int64_t now = now_ns();
+        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+            struct slow *sl = &g_slow[d];
+            pthread_mutex_lock(&sl->mu);
+            if (sl->entry >= 0 && sl->joined) {
+                tick(d, sl, now);
+                if (sl->joined)
+                    held++, one = d, free_only &= sl->free_join;
+            }
+            pthread_mutex_unlock(&sl->mu);
+        }
+        if (!held) {
+            struct timespec ts = {1, 0};
+            syscall(SYS_futex, &g_kick, FUTEX_WAIT_PRIVATE, kick, &ts, NULL, 0);
+        } else if (held == 1) {
+            pthread_mutex_lock(&g_slow[one].mu);
+            int e = g_slow[one].entry;
+            pthread_mutex_unlock(&g_slow[one].mu);
+            const _Atomic uint32_t *wp = lb_sched_word(e);
+            lb_futex_wait(wp, atomic_load(wp), free_only ? FREE_TICK_NS : TICK_NS);
+        } else {
+            nap(TICK_NS);
+        }
+    }
+    return NULL;
+}

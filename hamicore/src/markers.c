@@ -1,0 +1,74 @@
+/* The queued-work bound (markers.h). Batches are sized so one takes about a quarter of the bound
+ * (at least LB_MK_BATCH_NS) of GPU time, a launch's time measured as the time between two
+ * markers' completions over the launches between them (when the GPU was idle before a batch,
+ * from its record instead), smoothed: the queue refills in steps of a quarter of the bound. A kernel longer than the bound gets one
+ * batch of one launch in flight: the next waits for it (the GPU idles only for a launch's
+ * latency between two such kernels). */
+#include "markers.h"
+
+#include <string.h>
+
+void lb_mk_reset(struct lb_markers *m)
+{
+    memset(m, 0, sizeof *m);
+    m->batch = 1;
+}
+
+int64_t lb_mk_bound(uint32_t budget_us, int64_t elapsed_ns)
+{
+    if (!budget_us)
+        return LB_MK_QUEUE_OPEN_NS;
+    int64_t b = (int64_t)budget_us * 1000 - elapsed_ns;
+    if (b > LB_MK_QUEUE_MAX_NS)
+        return LB_MK_QUEUE_MAX_NS;
+    return b < LB_MK_QUEUE_MIN_NS ? LB_MK_QUEUE_MIN_NS : b;
+}
+
+int lb_mk_room(struct lb_markers *m, int64_t bound)
+{
+    if (m->per_launch > 0) {
+        double ns = bound / 4 > LB_MK_BATCH_NS ? (double)(bound / 4) : (double)LB_MK_BATCH_NS;
+        double b = ns / m->per_launch, most = 2.0 * m->batch; /* up at most twice per batch: the
+                                                              * first launches measured may be a
+                                                              * mix's shortest */
+        b = b > most ? most : b;
+        m->batch = b < 1 ? 1 : b > LB_MK_BATCH_MAX ? LB_MK_BATCH_MAX : (uint32_t)b;
+    }
+    if (m->count == 0)
+        return 1;
+    if (m->count >= LB_MK_RING)
+        return 0;
+    /* Unmeasured: one batch in flight at a time, so the first completions size the batches. */
+    if (m->per_launch <= 0)
+        return m->count < 1;
+    double queued = 0;
+    for (unsigned i = 0; i < m->count; i++)
+        queued += m->per_launch * m->ring[(m->head + i) % LB_MK_RING].n;
+    return queued + m->per_launch * m->batch <= (double)bound;
+}
+
+void lb_mk_done(struct lb_markers *m, int64_t now)
+{
+    if (m->count == 0)
+        return;
+    struct lb_marker *k = &m->ring[m->head];
+    int64_t from = k->at > m->last_done ? k->at : m->last_done;
+    double per = now > from && k->n ? (double)(now - from) / k->n : 0;
+    if (per > 0)
+        m->per_launch = m->per_launch > 0 ? m->per_launch + (per - m->per_launch) / 4 : per;
+    m->last_done = now;
+    if (m->nspare < LB_MK_RING)
+        m->spare[m->nspare++] = k->ev;
+    m->head = (m->head + 1) % LB_MK_RING;
+    m->count--;
+}
+
+void lb_mk_push(struct lb_markers *m, void *ev, int64_t now, uint32_t n)
+{
+    if (m->count >= LB_MK_RING)
+        return;
+    m->ring[(m->head + m->count) % LB_MK_RING] = (struct lb_marker){ev, now, n};
+    m->count++;
+}
+
+void *lb_mk_spare(struct lb_markers *m) { return m->nspare ? m->spare[--m->nspare] : NULL; }

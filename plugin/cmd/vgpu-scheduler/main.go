@@ -1,0 +1,147 @@
+// Command vgpu-scheduler is the node's per-GPU compute scheduler: it gives the containers that
+// share a GPU exclusive time slices in proportion to their compute limits, through each
+// container's grant file (<hook-path>/vgpu/sched/<key>.grant, mounted read-only in the container)
+// and its report (<hook-path>/vgpu/containers/<key>/sched.report, written by libvgpu.so). See
+// docs/plugin.md, "vgpu-scheduler".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/internal/flagenv"
+	"github.com/limitbed/limitbed/plugin/timeslice"
+)
+
+type options struct {
+	nodeName       string
+	kubeconfig     string
+	podResources   string
+	hookPath       string
+	period         time.Duration
+	drainWait      time.Duration
+	metricsAddress string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "vgpu-scheduler:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args (each flag falling back to its environment twin, read through getenv) and
+// schedules until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string) error {
+	o, err := parseFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	return serve(klog.NewContext(ctx, klog.Background().WithName("vgpu-scheduler")), o)
+}
+
+func parseFlags(args []string, getenv func(string) string) (options, error) {
+	var o options
+	fs := newFlagSet(&o)
+	if err := flagenv.Parse(fs, args, getenv, "v"); err != nil {
+		return options{}, err
+	}
+	if o.period < 10*time.Millisecond || o.period > 10*time.Second {
+		return options{}, fmt.Errorf("--period (PERIOD) must be 10ms..10s, got %v", o.period)
+	}
+	if o.drainWait <= 0 || o.drainWait >= o.period {
+		return options{}, fmt.Errorf("--drain-wait (DRAIN_WAIT) must be positive and shorter than --period (%v), got %v", o.period, o.drainWait)
+	}
+	return o, nil
+}
+
+// newFlagSet defines every flag into o; docs/configuration.md lists them
+// (TestConfigurationReferenceListsEveryFlag).
+func newFlagSet(o *options) *flag.FlagSet {
+	d := timeslice.DefaultConfig()
+	fs := flag.NewFlagSet("vgpu-scheduler", flag.ContinueOnError)
+	fs.StringVar(&o.nodeName, "node-name", "", "this node: containers are identified from the API server, the kubelet and the limits files; empty: from the limits files alone (file mode only)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig path; empty uses the in-cluster config (with --node-name)")
+	fs.StringVar(&o.podResources, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet pod-resources socket: the GPUs of each container (with --node-name); empty: the scheduler's placement")
+	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: grant files in <hook-path>/vgpu/sched, reports in <hook-path>/vgpu/containers")
+	fs.DurationVar(&o.period, "period", d.Period, "the scheduling period: slices in proportion to the limits over it, and the longest a container owed a slice waits for it")
+	fs.DurationVar(&o.drainWait, "drain-wait", d.DrainWait, "how long the next slice waits for the last one's work to drain before it starts beside it")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9395", "listen address of /metrics; empty disables it")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
+	flagenv.Usage(fs, "v")
+	return fs
+}
+
+// serve schedules and serves /metrics until ctx ends.
+func serve(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	cfg := timeslice.DefaultConfig()
+	cfg.Period, cfg.DrainWait = o.period, o.drainWait
+	containers := allocate.ContainersDir(o.hookPath)
+	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
+	if o.nodeName != "" {
+		kube, err := kubeClient(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		sources := &identity.Sources{Pods: &identity.APIServer{Kube: kube, NodeName: o.nodeName}, ContainersDir: containers}
+		if o.podResources != "" {
+			sources.Devices = &identity.Kubelet{Socket: o.podResources}
+		}
+		src = &timeslice.Snapshots{Take: sources.Snapshot}
+	}
+	n := &timeslice.Node{
+		GrantDir: filepath.Join(o.hookPath, "vgpu", allocate.GrantDirName), ContainersDir: containers,
+		Source: src, Config: cfg, Logger: logger,
+	}
+	if o.metricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&timeslice.Collector{Node: n})
+		srv := &http.Server{Addr: o.metricsAddress, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server stopped")
+			}
+		}()
+		defer srv.Shutdown(context.Background())
+	}
+	logger.Info("Starting", "grants", n.GrantDir, "containers", containers, "period", cfg.Period, "drainWait", cfg.DrainWait,
+		"identity", map[bool]string{true: "API server, kubelet, limits files", false: "limits files"}[o.nodeName != ""])
+	return n.Run(ctx)
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}

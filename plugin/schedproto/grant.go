@@ -1,0 +1,179 @@
+package schedproto
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// GrantSpec is what the device plugin records in a new grant file: the container's GPUs in its
+// device order. Every entry starts Off (sequence 0): until a scheduler drives it, the library
+// paces alone.
+type GrantSpec struct {
+	GPUs   []UUID
+	Period time.Duration // the scheduler's period, for the library's log; 0 = not known yet
+}
+
+// Bytes renders a new grant file: every entry Wait.
+func (s GrantSpec) Bytes() ([]byte, error) {
+	if len(s.GPUs) == 0 || len(s.GPUs) > MaxGPUs {
+		return nil, fmt.Errorf("grant file: %d GPUs, want 1..%d", len(s.GPUs), MaxGPUs)
+	}
+	b := make([]byte, FileSize)
+	ne := binary.NativeEndian
+	ne.PutUint64(b[offMagic:], GrantMagic)
+	ne.PutUint32(b[offVersion:], Version)
+	ne.PutUint32(b[offNGPUs:], uint32(len(s.GPUs)))
+	ne.PutUint32(b[offPeriod:], uint32(min(s.Period.Microseconds(), 1<<32-1)))
+	for i, u := range s.GPUs {
+		if u.IsZero() {
+			return nil, fmt.Errorf("grant file: GPU %d has no UUID", i)
+		}
+		copy(b[entries+i*entrySize+offUUID:], u[:])
+		// Wait, with a heartbeat that has not moved: the library waits for the scheduler's first
+		// word (its scan finds the file within 200 ms) rather than pacing itself meanwhile, and
+		// paces itself after 0.5 s if no scheduler comes.
+		ne.PutUint32(b[entries+i*entrySize+offWord:], Word(0, Wait))
+	}
+	return b, nil
+}
+
+// GrantFile is a grant file mapped read-write by the scheduler (the node's own file: the container
+// sees it only through a read-only mount).
+type GrantFile struct {
+	Path string
+	mem  []byte
+	gpus []UUID
+	dev  uint64
+	ino  uint64
+}
+
+// OpenGrant maps the grant file at path after checking that it is one (a regular file of
+// FileSize bytes with the grant magic, version and 1..MaxGPUs GPUs).
+func OpenGrant(path string) (*GrantFile, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("grant file %s: fstat: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != FileSize {
+		return nil, fmt.Errorf("grant file %s: not a %d-byte regular file", path, FileSize)
+	}
+	mem, err := unix.Mmap(fd, 0, FileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("grant file %s: mmap: %w", path, err)
+	}
+	g := &GrantFile{Path: path, mem: mem, dev: uint64(st.Dev), ino: st.Ino}
+	ne := binary.NativeEndian
+	n := ne.Uint32(mem[offNGPUs:])
+	switch {
+	case ne.Uint64(mem[offMagic:]) != GrantMagic:
+		err = fmt.Errorf("grant file %s: bad magic %#x", path, ne.Uint64(mem[offMagic:]))
+	case ne.Uint32(mem[offVersion:]) != Version:
+		err = fmt.Errorf("grant file %s: version %d, this scheduler reads %d", path, ne.Uint32(mem[offVersion:]), Version)
+	case n == 0 || n > MaxGPUs:
+		err = fmt.Errorf("grant file %s: %d GPUs, want 1..%d", path, n, MaxGPUs)
+	}
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, err
+	}
+	for i := range int(n) {
+		var u UUID
+		copy(u[:], mem[entries+i*entrySize+offUUID:])
+		g.gpus = append(g.gpus, u)
+	}
+	return g, nil
+}
+
+// GPUs are the container's GPUs, in its device order (entry i is GPU i).
+func (g *GrantFile) GPUs() []UUID { return g.gpus }
+
+func (g *GrantFile) word(i int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offWord]))
+}
+
+// Load returns entry i's sequence and state.
+func (g *GrantFile) Load(i int) (seq uint32, s State) { return SplitWord(atomic.LoadUint32(g.word(i))) }
+
+// Set gives entry i state s (for Run and Free, as slice grantID lasting budget (0: until
+// revoked), both written before the word), bumps the sequence and wakes the container's launchers
+// waiting on the word.
+func (g *GrantFile) Set(i int, s State, grantID uint32, budget time.Duration) {
+	if s == Run || s == Free {
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offGrantID])), grantID)
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBudget])), uint32(min(max(budget.Microseconds(), 0), 1<<32-1)))
+	}
+	w := g.word(i)
+	seq, _ := SplitWord(atomic.LoadUint32(w))
+	atomic.StoreUint32(w, Word(seq+1, s))
+	futexWakeAll(w)
+}
+
+// Beat bumps entry i's heartbeat, which tells the library the scheduler still drives the entry.
+// The word is left alone: a launcher holding its slice compares the word only.
+func (g *GrantFile) Beat(i int) {
+	atomic.AddUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])), 1)
+}
+
+// Beats returns entry i's heartbeat.
+func (g *GrantFile) Beats(i int) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])))
+}
+
+// SetPeriod records the scheduler's period in the header.
+func (g *GrantFile) SetPeriod(d time.Duration) {
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[offPeriod])), uint32(min(d.Microseconds(), 1<<32-1)))
+}
+
+// Replaced reports whether Path now names another file (the plugin re-allocated the container and
+// published a new grant file) or none.
+func (g *GrantFile) Replaced() bool {
+	var st unix.Stat_t
+	if err := unix.Lstat(g.Path, &st); err != nil {
+		return true
+	}
+	return uint64(st.Dev) != g.dev || st.Ino != g.ino
+}
+
+// Close unmaps the file.
+func (g *GrantFile) Close() error {
+	if g.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(g.mem)
+	g.mem = nil
+	return err
+}
+
+// DecodeGrant reads a grant file's bytes (tools and tests; the scheduler maps it).
+func DecodeGrant(b []byte) (gpus []UUID, words []uint32, err error) {
+	if len(b) != FileSize {
+		return nil, nil, fmt.Errorf("grant file: %d bytes, want %d", len(b), FileSize)
+	}
+	ne := binary.NativeEndian
+	if ne.Uint64(b[offMagic:]) != GrantMagic || ne.Uint32(b[offVersion:]) != Version {
+		return nil, nil, fmt.Errorf("grant file: magic %#x version %d, want %#x version %d",
+			ne.Uint64(b[offMagic:]), ne.Uint32(b[offVersion:]), uint64(GrantMagic), Version)
+	}
+	n := ne.Uint32(b[offNGPUs:])
+	if n == 0 || n > MaxGPUs {
+		return nil, nil, fmt.Errorf("grant file: %d GPUs, want 1..%d", n, MaxGPUs)
+	}
+	for i := range int(n) {
+		var u UUID
+		copy(u[:], b[entries+i*entrySize+offUUID:])
+		gpus = append(gpus, u)
+		words = append(words, ne.Uint32(b[entries+i*entrySize+offWord:]))
+	}
+	return gpus, words, nil
+}

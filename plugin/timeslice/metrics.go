@@ -1,0 +1,47 @@
+package timeslice
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descUsed = prometheus.NewDesc("vgpu_scheduler_container_gpu_seconds_total",
+		"GPU time charged to a container's slices on a GPU (overlapping drains halved)", []string{"gpu", "container"}, nil)
+	descSlices = prometheus.NewDesc("vgpu_scheduler_container_slices_total",
+		"slices granted to a container on a GPU", []string{"gpu", "container"}, nil)
+	descWait = prometheus.NewDesc("vgpu_scheduler_container_max_wait_seconds",
+		"the longest a container owed a slice waited for it", []string{"gpu", "container"}, nil)
+	descSwitches = prometheus.NewDesc("vgpu_scheduler_gpu_switches_total",
+		"slices granted on a GPU", []string{"gpu"}, nil)
+	descOverlaps = prometheus.NewDesc("vgpu_scheduler_gpu_overlaps_total",
+		"slices that started before the last one's work drained (a kernel longer than the drain wait)", []string{"gpu"}, nil)
+	descIdle = prometheus.NewDesc("vgpu_scheduler_gpu_owed_idle_seconds_total",
+		"time no slice ran while a container was owed one", []string{"gpu"}, nil)
+)
+
+// Collector exports the node's scheduling figures.
+type Collector struct {
+	Node *Node
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUsed, descSlices, descWait, descSwitches, descOverlaps, descIdle} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for u, r := range c.Node.Stats() {
+		gpu := u.String()
+		ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.CounterValue, float64(r.GPU.Switches), gpu)
+		ch <- prometheus.MustNewConstMetric(descOverlaps, prometheus.CounterValue, float64(r.GPU.Overlaps), gpu)
+		ch <- prometheus.MustNewConstMetric(descIdle, prometheus.CounterValue, r.GPU.Idle.Seconds(), gpu)
+		for key, s := range r.Seats {
+			ch <- prometheus.MustNewConstMetric(descUsed, prometheus.CounterValue, s.Used.Seconds(), gpu, key)
+			ch <- prometheus.MustNewConstMetric(descSlices, prometheus.CounterValue, float64(s.Slices), gpu, key)
+			ch <- prometheus.MustNewConstMetric(descWait, prometheus.GaugeValue, s.MaxWait.Seconds(), gpu, key)
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limitbed/limitbed/harness/kindcluster"
-	"github.com/limitbed/limitbed/harness/launch"
 )
 
 // The attack suite of docs/attacks.md on a real kubelet and container runtime: root in a file-mode

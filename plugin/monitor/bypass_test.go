@@ -109,7 +109,7 @@ func alive(c *exec.Cmd) bool { return c.Process.Signal(syscall.Signal(0)) == nil
 
 // TestAccountingCatchesBypasses: the real library is bypassed by LD_PRELOAD of the driver,
 // glibc's own dlsym (dlvsym) and a new link namespace (dlmopen), and fooled by a region whose
-// counters or limit root in the container rewrote; each time the container's processes end up
+// counters root in the container rewrote; each time the container's processes end up
 // holding more than its 3000 MiB limit. The driver's list, read through fakegpu's real
 // NVML, shows it: within one pass the container is over; with enforcement kill the offending process alone is SIGKILLed,
 // the container's honest process and the neighbour keep running.
@@ -131,7 +131,8 @@ func TestAccountingCatchesBypasses(t *testing.T) {
 		Enforcement: v1.EnforcementKill, Killer: PidfdKiller{ProcRoot: n.proc}, Events: events, Logger: klog.Background()}
 	cache := filepath.Join(n.dir, uidT+"_main", UsageCacheName)
 	// The counters' rewrite lets a process through the library up to the limit whatever the
-	// others hold (1000 + 2500 MiB under 3000); the limit's lets it take anything.
+	// others hold (1000 + 2500 MiB under 3000). The limit's no longer does (the library enforces
+	// its own limit, whatever the region says): TestAccountingRegionLimitRewrite.
 	for _, c := range []struct {
 		name, preload, api, cause string
 		mib                       int
@@ -142,9 +143,6 @@ func TestAccountingCatchesBypasses(t *testing.T) {
 		{"dlmopen", vgpu, "dlmopen", "does not go through libvgpu.so", 4096, nil},
 		{"region counters rewritten", vgpu, "symbols", "its counters were rewritten", 2500, func(t *testing.T) {
 			rewriteRegion(t, cache, regionUsedTotal, make([]byte, 8))
-		}},
-		{"region limit rewritten", vgpu, "symbols", "the usage region's limit on device 0 was rewritten", 4096, func(t *testing.T) {
-			rewriteRegion(t, cache, regionMemLimit, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -226,5 +224,42 @@ func rewriteRegion(t *testing.T, path string, off int64, b []byte) {
 	defer f.Close()
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAccountingRegionLimitRewrite: root in the container rewrites its region's limit to none. The
+// library still enforces the process's own limit (docs/attacks.md), so nothing gets past it, and
+// the node, judging by the driver's count, finds nobody over and kills nothing.
+func TestAccountingRegionLimitRewrite(t *testing.T) {
+	lib, _ := fakenvml.Setup(t, "a16-16q")
+	lister := &gpu.ProcessLister{Lib: lib}
+	if err := lister.Init(); err != nil {
+		t.Fatal(err)
+	}
+	defer lister.Shutdown()
+	n := newBypassNode(t)
+	n.container(uidT, cidT, 3000)
+	vgpu := filepath.Join(n.p.Lib, "libvgpu.so")
+	honest := n.hold(t, uidT, cidT, vgpu, "symbols", 1000)
+	rewriteRegion(t, filepath.Join(n.dir, uidT+"_main", UsageCacheName), regionMemLimit, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	c := exec.Command(filepath.Join(n.p.Bin, "cudaprobe"), "--mib", "4096")
+	c.Env = append(os.Environ(), "LD_PRELOAD="+vgpu, "LD_LIBRARY_PATH="+n.p.Lib,
+		"CUDA_DEVICE_MEMORY_LIMIT_0="+n.limitOf[uidT], "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(n.dir, uidT+"_main", UsageCacheName))
+	out, _ := c.Output()
+	if !strings.Contains(string(out), `"granted_mib":0`) || !strings.Contains(string(out), "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Fatalf("4096 MiB under a 3000 MiB limit after the region's limit was rewritten: %s", out)
+	}
+	events := &fakeEvents{}
+	a := &Accounting{Driver: lister, Identity: n.ids, Dir: n.dir, ProcRoot: n.proc, ContextAllowance: 512 << 20,
+		Enforcement: v1.EnforcementKill, Killer: PidfdKiller{ProcRoot: n.proc}, Events: events, Logger: klog.Background()}
+	rep, err := a.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := usageOf(rep, uidT); u == nil || u.Over || len(rep.Killed) != 0 || len(events.got) != 0 {
+		t.Fatalf("after the rewrite: %+v, killed %+v, events %q", u, rep.Killed, events.got)
+	}
+	if !alive(honest) {
+		t.Fatal("the honest process was killed")
 	}
 }

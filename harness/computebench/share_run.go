@@ -224,7 +224,11 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	var wg sync.WaitGroup
 	defer func() { stopSampler(); wg.Wait() }()
 	if usesDefault(sc) {
-		f := &monitor.Feedback{Dir: node, Hold: 2 * monitor.DefaultFeedbackInterval, Logger: r.Logger}
+		ids, err := scenarioIdentity(sc, gpu)
+		if err != nil {
+			return nil, err
+		}
+		f := &monitor.Feedback{Dir: node, Identity: ids, Hold: 2 * monitor.DefaultFeedbackInterval, Logger: r.Logger}
 		wg.Add(1)
 		go func() { defer wg.Done(); f.Run(sctx, monitor.DefaultFeedbackInterval) }()
 	}

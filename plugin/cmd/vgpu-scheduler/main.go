@@ -19,14 +19,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
+	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
@@ -39,6 +37,10 @@ type options struct {
 	drainWait      time.Duration
 	metricsAddress string
 }
+
+// schedulerAPITimeout bounds each API server request of the scheduler's identity lookups: a
+// silent API server delays a refresh, never the slices.
+const schedulerAPITimeout = 10 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -102,7 +104,7 @@ func serve(ctx context.Context, o options) error {
 	containers := allocate.ContainersDir(o.hookPath)
 	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
 	if o.nodeName != "" {
-		kube, err := kubeClient(o.kubeconfig)
+		kube, err := kubeclient.Client(o.kubeconfig, schedulerAPITimeout)
 		if err != nil {
 			return err
 		}
@@ -130,18 +132,4 @@ func serve(ctx context.Context, o options) error {
 	logger.Info("Starting", "grants", n.GrantDir, "containers", containers, "period", cfg.Period, "drainWait", cfg.DrainWait,
 		"identity", map[bool]string{true: "API server, kubelet, limits files", false: "limits files"}[o.nodeName != ""])
 	return n.Run(ctx)
-}
-
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }

@@ -224,6 +224,15 @@ static inline int lb_mg_fatbin(const unsigned char *f, size_t max, uint64_t *byt
     return 0;
 }
 
+/* The image starts with the little-endian 4-byte magic m, read a byte at a time. */
+static inline int lb_mg_magic(const unsigned char *u, uint32_t m)
+{
+    for (int i = 0; i < 4; i++)
+        if (u[i] != (unsigned char)(m >> (8 * i)))
+            return 0;
+    return 1;
+}
+
 /* len: the image's length when known (a file), 0 when not (cuModuleLoadData's pointer). */
 static inline int lb_module_globals(const void *image, size_t len, uint64_t *bytes)
 {
@@ -231,7 +240,11 @@ static inline int lb_module_globals(const void *image, size_t len, uint64_t *byt
     *bytes = 0;
     if (!image || (len && len < 16))
         return len ? lb_mg_ptx((const char *)image, len, bytes) : -1;
-    uint32_t magic = (uint32_t)lb_mg_rd(u, 4);
+    /* Without a length the image may be a short PTX string: its first bytes are compared one at a
+     * time, never reading past one that differs (a NUL ends the text; no magic holds one). */
+    uint32_t magic = lb_mg_magic(u, LB_MG_FATBIN_WRAPPER)  ? LB_MG_FATBIN_WRAPPER
+                     : lb_mg_magic(u, LB_MG_FATBIN_MAGIC) ? LB_MG_FATBIN_MAGIC
+                                                           : 0;
     if (magic == LB_MG_FATBIN_WRAPPER) { /* __fatBinC_Wrapper_t: magic, version, data pointer */
         const void *data;
         memcpy(&data, u + 8, sizeof data);
@@ -241,7 +254,7 @@ static inline int lb_module_globals(const void *image, size_t len, uint64_t *byt
     }
     if (magic == LB_MG_FATBIN_MAGIC)
         return lb_mg_fatbin(u, len, bytes);
-    if (!memcmp(u, "\x7f" "ELF", 4))
+    if (lb_mg_magic(u, 0x464c457fu)) /* "\x7f" "ELF" */
         return lb_mg_elf(u, len ? len : LB_MG_ELF_MAX, bytes);
     return lb_mg_ptx((const char *)image, len, bytes);
 }

@@ -245,6 +245,10 @@ FG_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
     phys *p = find_phys(handle, NULL);
     if (!p || p->refs == 0 || offset > p->size || size > p->size - offset || !reserved_range(ptr, size)) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (offset || size != p->size) {
+        /* The documentation allows part of an allocation; the driver does not (580 on an H200:
+         * CUDA_ERROR_NOT_SUPPORTED for any size but the whole allocation, own or imported). */
+        r = CUDA_ERROR_NOT_SUPPORTED;
     } else {
         for (size_t j = 0; j < mapv.n && r == CUDA_SUCCESS; j++)
             if (overlaps(MAPS[j].va, MAPS[j].size, ptr, size))

@@ -14,8 +14,9 @@
  * (cuMemImportFromShareableHandle) lives, by the driver's rules, while any process holds a handle
  * or a mapping of it: the importer is charged its whole size from the import on, as if it had
  * created it. The driver has no call that tells an imported handle's size; mapping it tells it:
- * cuMemMap accepts no more than the allocation, so the largest mapping it accepts (a binary search
- * over a reserved range, in granules) is the size.
+ * cuMemMap accepts no more than the allocation (the documentation allows less; the driver, only the
+ * whole of it), so the size is the largest mapping it accepts: a binary search over a reserved
+ * range, in granules, then every size in turn when the search found none (whole-only mappings).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -292,6 +293,7 @@ static uint64_t probe_size(CUmemGenericAllocationHandle h, const CUmemAllocation
     uint64_t hi = mem / g, lo = 0; /* in granules: lo maps, hi + 1 does not */
     if (reserve(&va, hi * g, 0, 0, 0) != CUDA_SUCCESS)
         return 0;
+    uint64_t n = hi;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo + 1) / 2;
         if (map(va, mid * g, 0, h, 0) == CUDA_SUCCESS) {
@@ -301,7 +303,15 @@ static uint64_t probe_size(CUmemGenericAllocationHandle h, const CUmemAllocation
             hi = mid - 1;
         }
     }
-    (void)unreserve(va, (mem / g) * g);
+    /* A driver that maps only the whole allocation (580 on an H200 refuses any other size) answers
+     * the search only where it happened on the size: then every size in turn, from the smallest. */
+    for (uint64_t k = 1; !lo && k <= n; k++) {
+        if (map(va, k * g, 0, h, 0) == CUDA_SUCCESS) {
+            (void)unmap(va, k * g);
+            lo = k;
+        }
+    }
+    (void)unreserve(va, n * g);
     return lo * g;
 }
 

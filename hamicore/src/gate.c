@@ -330,9 +330,9 @@ void lb_gate_after(int d, CUstream s, int per_thread)
  * released meanwhile), reports the drain. */
 static void drain(int d, struct slow *sl)
 {
-    uint32_t g = sl->joined, gen = sl->gen;
+    uint32_t g = sl->joined, gen = sl->gen, launches = sl->slow_launches;
     uintptr_t ctx = sl->ctx;
-    shut(d);
+    shut(d); /* every launch from here takes the slow path: counted in slow_launches */
     pthread_mutex_unlock(&sl->mu);
     __typeof__(&cuCtxGetCurrent) cur = LB_REAL(cuCtxGetCurrent);
     __typeof__(&cuCtxSetCurrent) set = LB_REAL(cuCtxSetCurrent);
@@ -345,6 +345,9 @@ static void drain(int d, struct slow *sl)
     }
     int64_t now = now_ns();
     pthread_mutex_lock(&sl->mu);
+    if (sl->gen == gen && sl->slow_launches != launches)
+        return; /* it launched under the slice while this waited (the grant still said RUN): that
+                 * work runs, so the slice has not drained; the next tick looks again */
     lb_sched_drained(sl->entry, g);
     if (sl->gen == gen)
         sl->joined = 0;

@@ -234,6 +234,18 @@ func (g *GPU) Draining() (string, bool) {
 	return "", false
 }
 
+// Overlapping names a container whose revoked slice still drains beside the holder's, once the
+// holder has launched: the node loop sleeps on its bell then, so the half of the overlap given
+// back to the holder (account) ends when the drain does, not at the next tick (the holder's slice
+// end is timed; its own ring would only say it went idle early).
+func (g *GPU) Overlapping() (string, bool) {
+	h := g.holder
+	if h == nil || g.phase != phaseGranted || h.obs.Join.Grant != h.grant || len(g.over) == 0 {
+		return "", false
+	}
+	return g.over[0].id.Key, true
+}
+
 // Stats returns the GPU's and each container's figures.
 func (g *GPU) Stats() (GPUStats, map[string]SeatStats) {
 	m := make(map[string]SeatStats, len(g.seats))

@@ -334,9 +334,18 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 		case <-timer.C:
 		}
 	}
+	var woke time.Time // the holder's bell woke the loop then (see below)
 	for ctx.Err() == nil {
 		l.mu.Lock()
 		now := n.now()
+		if !woke.IsZero() {
+			// What the ring announced (a first launch, a drain) happened by the time the loop
+			// woke; the step after bellGap is as of then, so a slice is charged from the wake on
+			// its first launch, not from a timer's late return (a loaded node's timers overshoot
+			// by a millisecond, a few per cent of a slice, all of it uncharged).
+			now, woke = woke, time.Time{}
+		}
+		seen := make(map[string]Observed, len(l.members))
 		for key, m := range l.members {
 			var o Observed
 			if m.c.report != nil {
@@ -344,6 +353,7 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 				o = Observed{Entry: e, OK: err == nil}
 			}
 			l.g.Observe(key, o, now)
+			seen[key] = o
 		}
 		next := l.g.Step(now)
 		for key, m := range l.members {
@@ -368,34 +378,45 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 				}
 			}
 		}
-		var bell func(time.Duration)
+		var bell func(time.Duration) bool
 		if key, ok := l.g.Draining(); ok && n.Logger.V(6).Enabled() {
 			if m := l.members[key]; m != nil {
 				n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
 			}
 		}
 		// The holder's bell rings at its first launch (its slice is charged from then) and when
-		// its work drained (revoked, or idle: the GPU can go to the next one at once).
+		// its work drained (revoked, or idle: the GPU can go to the next one at once); a revoked
+		// slice that drains beside the holder's rings when its drain ends (Overlapping).
 		key, ok := l.g.Draining()
+		if !ok {
+			key, ok = l.g.Overlapping()
+		}
 		if !ok {
 			key, _, _, ok = l.g.Holder()
 		}
 		if ok {
-			if m := l.members[key]; m != nil && m.c.report != nil {
-				r, idx := m.c.report, m.idx
-				if e, err := r.Entry(idx); err == nil {
-					bell = func(d time.Duration) { _ = r.WaitBell(idx, e.Bell, d) }
+			if m := l.members[key]; m != nil && m.c.report != nil && seen[key].OK {
+				r, idx, old := m.c.report, m.idx, seen[key].Bell
+				// The bell as observed before the step: a ring since (a launcher that joined as
+				// its grant was written) wakes the wait at once.
+				bell = func(d time.Duration) bool {
+					_ = r.WaitBell(idx, old, d)
+					e, err := r.Entry(idx)
+					return err == nil && e.Bell != old
 				}
 			}
 		}
 		l.mu.Unlock()
-		d := min(next.Sub(now), beat.Add(Heartbeat).Sub(now))
+		at := n.now() // now may be a wake's, earlier: the sleep is timed from the clock
+		d := min(next.Sub(at), beat.Add(Heartbeat).Sub(at))
 		if d <= 0 {
 			continue
 		}
 		if bell != nil {
 			t0 := time.Now()
-			bell(d)
+			if bell(d) {
+				woke = n.now()
+			}
 			if w := time.Since(t0); w < bellGap && w < d {
 				sleep(min(bellGap, d) - w)
 			}

@@ -68,8 +68,10 @@ int lb_cur_slow(void)
     lb_tls_dev.ord = d;
     lb_tls_dev.phys = phys < LB_REGION_MAX_DEVICES ? phys : -1;
     lb_tls_dev.ctx = (uintptr_t)c;
-    /* An unknown GPU is asked again next time (its allocations are refused meanwhile). */
-    lb_tls_dev.epoch = phys >= 0 ? epoch : 0;
+    /* An unknown GPU is asked again next time (its allocations are refused meanwhile); so is an
+     * ordinal past the launch gates' arrays (gate.h's fast path trusts a valid cache to index them,
+     * and the slow path passes such an ordinal's launches through: lb_cur_device). */
+    lb_tls_dev.epoch = phys >= 0 && d < LB_CTX_MAX_ORD ? epoch : 0;
     return 0;
 }
 

@@ -44,9 +44,7 @@ static inline int lb_gate_pass(void)
 {
     if (__builtin_expect(lb_tls_dev.epoch != atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed), 0))
         return 0;
-    /* The cache is valid for any ordinal whose GPU is known (context.h): past the gates, the slow path's. */
-    if (__builtin_expect((unsigned)lb_tls_dev.ord >= LB_CTX_MAX_ORD, 0))
-        return 0;
+    /* A valid cache holds an ordinal below LB_CTX_MAX_ORD (context.c): it indexes the gates. */
     struct lb_gate_fast *g = &lb_gates[lb_tls_dev.ord];
     const _Atomic uint32_t *w = atomic_load_explicit(&g->word, memory_order_relaxed);
     return atomic_load_explicit(w, memory_order_relaxed) == atomic_load_explicit(&g->open, memory_order_relaxed) &&

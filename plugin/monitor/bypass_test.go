@@ -114,12 +114,7 @@ func alive(c *exec.Cmd) bool { return c.Process.Signal(syscall.Signal(0)) == nil
 // NVML, shows it: within one pass the container is over; with enforcement kill the offending process alone is SIGKILLed,
 // the container's honest process and the neighbour keep running.
 func TestAccountingCatchesBypasses(t *testing.T) {
-	lib, _ := fakenvml.Setup(t, "a16-16q")
-	lister := &gpu.ProcessLister{Lib: lib}
-	if err := lister.Init(); err != nil {
-		t.Fatal(err)
-	}
-	defer lister.Shutdown()
+	lister := fakeDriverLister(t)
 	n := newBypassNode(t)
 	n.container(uidT, cidT, 3000)
 	n.container(uidN, cidN, 2000)
@@ -231,12 +226,7 @@ func rewriteRegion(t *testing.T, path string, off int64, b []byte) {
 // library still enforces the process's own limit (docs/attacks.md), so nothing gets past it, and
 // the node, judging by the driver's count, finds nobody over and kills nothing.
 func TestAccountingRegionLimitRewrite(t *testing.T) {
-	lib, _ := fakenvml.Setup(t, "a16-16q")
-	lister := &gpu.ProcessLister{Lib: lib}
-	if err := lister.Init(); err != nil {
-		t.Fatal(err)
-	}
-	defer lister.Shutdown()
+	lister := fakeDriverLister(t)
 	n := newBypassNode(t)
 	n.container(uidT, cidT, 3000)
 	vgpu := filepath.Join(n.p.Lib, "libvgpu.so")
@@ -262,4 +252,17 @@ func TestAccountingRegionLimitRewrite(t *testing.T) {
 	if !alive(honest) {
 		t.Fatal("the honest process was killed")
 	}
+}
+
+// fakeDriverLister is the driver's process list through fakegpu's real NVML (profile a16-16q),
+// shut down with the test.
+func fakeDriverLister(t *testing.T) *gpu.ProcessLister {
+	t.Helper()
+	lib, _ := fakenvml.Setup(t, "a16-16q")
+	lister := &gpu.ProcessLister{Lib: lib}
+	if err := lister.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lister.Shutdown)
+	return lister
 }

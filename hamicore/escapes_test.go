@@ -89,21 +89,7 @@ func (e *env) memload(environ []string) *memload {
 	}
 	var errb bytes.Buffer
 	c.Stderr = &errb
-	pipe, err := c.StdoutPipe()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := startLines(e.t, c)
 	e.t.Cleanup(func() {
 		in.Close()
 		c.Process.Kill()

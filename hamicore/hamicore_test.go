@@ -340,12 +340,20 @@ func TestDisableControlIgnoredByLibrary(t *testing.T) {
 func (e *env) start(environ []string, bin string, args ...string) (*exec.Cmd, <-chan string) {
 	e.t.Helper()
 	c := e.cmd(environ, bin, args...)
+	lines := startLines(e.t, c)
+	e.t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c, lines
+}
+
+// startLines starts c; its stdout lines arrive on the channel, closed when the output ends.
+func startLines(t *testing.T, c *exec.Cmd) <-chan string {
+	t.Helper()
 	pipe, err := c.StdoutPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := c.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	lines := make(chan string, 16)
 	go func() {
@@ -355,8 +363,7 @@ func (e *env) start(environ []string, bin string, args ...string) (*exec.Cmd, <-
 			lines <- sc.Text()
 		}
 	}()
-	e.t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	return c, lines
+	return lines
 }
 
 func nextLine(t *testing.T, lines <-chan string) string {

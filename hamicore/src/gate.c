@@ -143,6 +143,7 @@ static void say(struct slow *sl, int d, enum mode m, const char *why)
 
 static void resolve(int d, struct slow *sl)
 {
+    lb_limiter_resolve();
     sl->resolved = 1;
     sl->entry = -1;
     if (lb_grant) {

@@ -49,6 +49,7 @@ type seat struct {
 	lent       map[*seat]time.Duration
 	drain      time.Duration // how long its drains took (smoothed): its slices end that much early
 	calibrated bool          // a calibration saw it busy (speed.go)
+	summed     bool          // limited and busy: its limit is in the step's sum (limitSum)
 	stats      SeatStats
 }
 
@@ -247,6 +248,9 @@ func (g *GPU) busy(s *seat, now time.Time) bool {
 // GPU's 100, or the busy limited containers' sum of limits when it is more, or while the GPU
 // calibrates: denominator).
 func share(s *seat, den int) float64 {
+	if den < 100 && !s.summed {
+		den = 100 // a calibration fills the GPU with the busy ones' slices, not with the others'
+	}
 	return float64(s.id.Limit) / float64(den)
 }
 
@@ -340,7 +344,8 @@ func (g *GPU) decideModes(now time.Time) int {
 func (g *GPU) limitSum(now time.Time) int {
 	sum := 0
 	for _, s := range g.seats {
-		if s.mode == modeLimited && g.busy(s, now) {
+		s.summed = s.mode == modeLimited && g.busy(s, now)
+		if s.summed {
 			sum += s.id.Limit
 		}
 	}

@@ -343,6 +343,9 @@ func TestSharesHoldWorkOnAPowerCappedGPU(t *testing.T) {
 		{"30+50", []int{30, 50}, nil, false},
 		{"30+50 1 s apart", []int{30, 50}, []time.Duration{0, time.Second}, false},
 		{"10+90", []int{10, 90}, nil, false},
+		// The 10 % one calibrates alone; the 90 % one, idle meanwhile, must not earn credit at
+		// the calibration's share (90/10 of the GPU: it then ran unthrottled for 8 s).
+		{"10, then 90 at 0.5 s", []int{10, 90}, []time.Duration{0, 500 * time.Millisecond}, false},
 		{"25+25+50 1 s apart", []int{25, 25, 50}, []time.Duration{0, time.Second, 2 * time.Second}, false},
 		{"30 alone", []int{30}, nil, false},
 		{"20+20+20 then 40 at 5 s", []int{20, 20, 20, 40}, []time.Duration{0, 0, 0, 5 * time.Second}, false},

@@ -21,6 +21,7 @@ type launchResult struct {
 	SyncError    int       `json:"sync_error"`
 	BusyFraction float64   `json:"busy_fraction"`
 	Windows      []float64 `json:"windows"`
+	ElapsedS     float64   `json:"elapsed_s"` // the run and the wait for its queued work
 }
 
 // steady is the mean busy fraction of the 1 s windows after the first 2 s.
@@ -236,6 +237,27 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 				t.Errorf("neighbour at 50 %%: busy %.3f after 2 s (windows %v), want %.2f .. %.2f", got, rs[1].Windows, 0.50-2*tol, 0.50+tol)
 			}
 		})
+	}
+}
+
+// The pacing's calibration runs unthrottled for 1.5 s; the launches it lets through must not
+// queue more than a slice's bound of work (markers.h), or the queue runs over the limit long after
+// (an H200 queued 4.6 s of graph replays in it and ran them for ten seconds). launchprobe waits
+// for its queued work at the end: a run of 2.5 s, a second after the calibration, ends within
+// 0.15 s of it (fakegpu queues up to 1 s: 0.67 s before the bound).
+func TestComputeLimitCalibrationQueuesLittle(t *testing.T) {
+	t.Parallel()
+	cases := [][]string{{spin1ms}, {"--workload=mix"}, {"--workload=graph"}}
+	jobs := make([]job, len(cases))
+	for i, args := range cases {
+		e := newEnv(t)
+		jobs[i] = job{e: e, environ: e.limited("CUDA_DEVICE_SM_LIMIT=60", "GPU_CORE_UTILIZATION_POLICY=force"),
+			args: append([]string{"--seconds", "2.5"}, args...)}
+	}
+	for i, r := range runAll(t, jobs) {
+		if r.ElapsedS > 2.65 {
+			t.Errorf("%v at 60 %% force: the 2.5 s run ended after %.3f s: %.3f s of work was still queued", cases[i], r.ElapsedS, r.ElapsedS-2.5)
+		}
 	}
 }
 

@@ -93,6 +93,12 @@ void lb_limiter_resolve(void)
 
 int lb_limiter_limited(int dev) { return g_b[dev].limit != 0; }
 
+int lb_limiter_calibrating(int dev)
+{
+    int64_t calib = atomic_load_explicit(&g_b[dev].calib_until, memory_order_relaxed);
+    return calib && lb_nvml_sensors.now_ns() < calib + LB_CALIB_SLACK_NS;
+}
+
 void lb_limiter_scheduled(int dev) { atomic_store(&g_b[dev].scheduled, 1); }
 
 void lb_limiter_after_fork(void)

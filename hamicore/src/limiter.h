@@ -23,6 +23,9 @@ void lb_limiter_after_fork(void);
 void lb_limiter_resolve(void);
 /* 1 if device dev (a CUDA ordinal) is paced when no scheduler drives it. */
 int lb_limiter_limited(int dev);
+/* 1 while device dev runs its unthrottled calibration (controller.c): the gate bounds the work
+ * it queues meanwhile. */
+int lb_limiter_calibrating(int dev);
 /* The grant file names device dev (the node scheduler drives it): its pacing, whenever the
  * scheduler is away, runs without an unthrottled calibration run. */
 void lb_limiter_scheduled(int dev);

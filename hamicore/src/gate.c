@@ -68,6 +68,7 @@ struct slow {
     uint32_t mk_n;           /* ... and the one before it: what the next marker covers */
     uintptr_t mk_ctx;        /* the context of the markers' events */
     int no_marks;            /* events failed: no queue bound (logged once) */
+    uint32_t cal_since;      /* a calibration's launches since its last marker (calibration_room) */
     uint32_t slow_launches;  /* launches through here (the helper's idle test) */
     int32_t seen_left;
     uint32_t seen_slow;
@@ -102,7 +103,7 @@ static void reset(int d)
     pthread_mutex_init(&sl->mu, NULL);
     sl->resolved = 0, sl->entry = -1, sl->mode = M_UNKNOWN, sl->joined = 0, sl->gen = 0, sl->active = 0;
     sl->want_at = 0, sl->mk_ctx = 0, sl->no_marks = 0, sl->slow_launches = 0, sl->quiet_since = 0;
-    sl->issued = 0, sl->mk_n = 0;
+    sl->issued = 0, sl->mk_n = 0, sl->cal_since = 0;
     lb_mk_reset(&sl->mk);
     atomic_store(&lb_gates[d].open, 0);
     atomic_store(&lb_gates[d].left, 0);
@@ -218,13 +219,19 @@ static void ensure_helper(void)
 /* The pacing's calibration runs unthrottled to measure the GPU at full load; a driver's launch
  * queue would let it queue seconds of work meanwhile (an H200 took 4.6 s of CUDA-graph replays in
  * the 1.5 s), which then ran over the limit for ten seconds and unsettled the pacing when it
- * ended. While it calibrates, every launch is marked and waits while the queue holds more than
- * the longest bound of a slice (markers.h): the GPU stays busy, the queue stays short. Returns 1
- * when the launch is to be marked (lock held; it is released while waiting). */
+ * ended. While it calibrates, launches go in batches sized as a slice's (markers.h), a marker
+ * after each, and the first of a batch waits while the queue holds more than the longest bound of
+ * a slice: the GPU stays busy (a gap would raise a power-capped GPU's clock and mislead the
+ * calibration's full-load figure), the queue stays short. Returns 1 when the launch is to be
+ * marked (lock held; it is released while waiting). */
 static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
 {
     if (sl->no_marks || !lb_limiter_calibrating(d) || capturing(s, per_thread))
         return 0;
+    if (sl->mk.count && sl->cal_since + 1 < sl->mk.batch) {
+        sl->cal_since++;
+        return 0;
+    }
     for (int64_t now = now_ns();; now = now_ns()) {
         poll_markers(sl, now);
         if (lb_mk_room(&sl->mk, LB_MK_QUEUE_MAX_NS) || !lb_limiter_calibrating(d))
@@ -233,7 +240,8 @@ static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
         nap(MARK_POLL_NS);
         pthread_mutex_lock(&sl->mu);
     }
-    sl->mk_n = 1; /* the marker recorded after this launch covers it alone */
+    sl->mk_n = sl->cal_since + 1; /* the marker after this launch covers it and those since the last */
+    sl->cal_since = 0;
     return 1;
 }
 

@@ -144,7 +144,8 @@ int lb_parse_memory(const char *s, size_t n, uint64_t *out);
 /* HAMi-core v2.10's parser (base-0 strtoul, last character as suffix, 0 on overflow). */
 uint64_t lb_parse_memory_legacy(const char *s);
 
-/* The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
+/* limitsfile_canonical.c, built into the unit tests and the fuzzer only (not libvgpu.so).
+ * The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
  * parsed.env form of testdata/limits). Returns the length (truncated to size-1). */
 size_t lb_file_vars_canonical(const struct lb_file_vars *fv, char *buf, size_t size);
 /* The resolved configuration in the resolved.env form of testdata/limits. */

@@ -281,9 +281,5 @@ LB_HOT CUresult uncharge_settle(const struct charge *c, const struct table *t, u
     return r;
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 #endif

@@ -75,10 +75,6 @@ int lb_cur_slow(void)
     return 0;
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 /* The cache is dropped after the call: whatever the driver did (even on an error), the next
  * allocation asks it again. */

@@ -286,10 +286,6 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
     return found;
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 static CUresult refuse_exec(CUgraphExec x, CUresult why)
 {

@@ -167,10 +167,6 @@ void lb_modules_ctx_gone(uintptr_t ctx)
         return load_end(&l, r, r == CUDA_SUCCESS && (out) ? (uintptr_t) * (out) : 0);                               \
     } while (0)
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 LB_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {

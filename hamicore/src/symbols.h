@@ -77,6 +77,12 @@ static inline void *lb_real_get(int id)
 
 /* The real function behind a wrapper (or a LB_NEED symbol), with the wrapper's own type. */
 #define LB_REAL(w) ((__typeof__(&w))lb_real_get(LB_ID_##w))
+/* In a wrapper of w: `real`, the driver's w, or the wrapper returns CUDA_ERROR_NOT_FOUND (the
+ * driver lacks the entry point the application called through us). */
+#define REAL_OR_FAIL(w)                                                                                             \
+    __typeof__(&w) real = LB_REAL(w);                                                                               \
+    if (!real)                                                                                                      \
+        return CUDA_ERROR_NOT_FOUND
 
 /* glibc's dlsym (never our interposed one). */
 typedef void *(*dlsym_fn)(void *, const char *);

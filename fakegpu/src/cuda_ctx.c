@@ -63,17 +63,17 @@ CUresult fg_ctx_charge(int ordinal, int add) {
 /* Called with fg_cu.mu held. */
 static void destroy_locked(fg_ctx *c) {
     __atomic_store_n(&c->magic, 0, __ATOMIC_RELEASE);
-    fg_mem_release_ctx(c);
-    fg_limits_gone(c);
-    fg_modules_ctx_gone(c);
+    fg_cu_ctx_gone(c); /* every module's part: allocations, reserves, limits, modules */
     fg_ctx_charge(c->dev, 0);
     c->refs = 0;
 }
 
-void fg_ctx_forget_all(void) {
+static void ctx_forget_all(void) {
     memset(fg_cu.primary, 0, sizeof fg_cu.primary);
     memset(fg_cu.pool, 0, sizeof fg_cu.pool);
 }
+static const fg_cu_observer ctx_observer = {.forget_all = ctx_forget_all};
+static void __attribute__((constructor)) ctx_register(void) { fg_cu_observe(&ctx_observer, FG_CU_STAGE_CONTEXT); }
 
 static CUresult check_dev(CUdevice dev) {
     CUresult r = fg_cu_ready();

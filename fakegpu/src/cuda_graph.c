@@ -853,7 +853,7 @@ static void trim_dev(int dev) {
 }
 
 /* A primary-context reset frees every graph allocation of the device and empties its pool. */
-void fg_graph_ctx_gone(int dev, int primary) {
+static void graph_ctx_gone(int dev, int primary) {
     if (!primary)
         return;
     for (size_t i = 0; i < nlives;)
@@ -865,7 +865,7 @@ void fg_graph_ctx_gone(int dev, int primary) {
     gm[dev].reserved_high = gm[dev].used_high = 0;
 }
 
-void fg_graph_forget_all(void) {
+static void graph_forget_all(void) {
     /* The parent's objects stay the parent's; the child starts without graphs or streams. The
      * heap objects are leaked on purpose: the child may not own a consistent heap view of them. */
     graphs = NULL, ngraphs = capgraphs = 0;
@@ -875,6 +875,9 @@ void fg_graph_forget_all(void) {
     memset(gm, 0, sizeof gm);
     g_capturing = 0;
 }
+static void graph_observe_ctx(fg_ctx *c) { graph_ctx_gone(c->dev, c->primary); }
+static const fg_cu_observer graph_observer = {.ctx_gone = graph_observe_ctx, .forget_all = graph_forget_all};
+static void __attribute__((constructor)) graph_register(void) { fg_cu_observe(&graph_observer, FG_CU_STAGE_RESERVES); }
 
 FG_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
     CUresult r = fg_cu_ready();

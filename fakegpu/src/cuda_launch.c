@@ -102,11 +102,14 @@ CUresult fg_module_unload(CUmodule hmod) {
 
 FG_EXPORT CUresult cuModuleUnload(CUmodule hmod) { return fg_module_unload(hmod); }
 
-void fg_modules_ctx_gone(const fg_ctx *c) {
+/* Every module of a destroyed context goes with it. */
+static void modules_ctx_gone(fg_ctx *c) {
     for (int i = 0; i < FG_MAX_MODULES; i++)
         if (__atomic_load_n(&modules[i].magic, __ATOMIC_ACQUIRE) == FG_MOD_LIVE && modules[i].ctx == c)
             unload(&modules[i]);
 }
+static const fg_cu_observer modules_observer = {.ctx_gone = modules_ctx_gone};
+static void __attribute__((constructor)) modules_register(void) { fg_cu_observe(&modules_observer, FG_CU_STAGE_CONTEXT); }
 
 FG_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
     CUresult r = fg_cu_ready();

@@ -191,7 +191,8 @@ CUresult fg_mem_free(CUdeviceptr p, unsigned kinds) {
     return r;
 }
 
-void fg_mem_release_ctx(const fg_ctx *ctx) {
+/* Frees every allocation made in ctx (context destroyed or reset). */
+static void mem_ctx_gone(fg_ctx *ctx) {
     size_t k = 0;
     for (size_t i = 0; i < ntab; i++) {
         if (tab[i].ctx != ctx) {
@@ -204,14 +205,15 @@ void fg_mem_release_ctx(const fg_ctx *ctx) {
         }
     }
     ntab = k;
-    fg_pool_ctx_gone(ctx->dev, ctx->primary);
-    fg_graph_ctx_gone(ctx->dev, ctx->primary);
 }
 
-void fg_mem_forget_all(void) {
+/* Forked child: the parent's allocations stay the parent's. */
+static void mem_forget_all(void) {
     free(tab);
     tab = NULL, ntab = captab = 0;
 }
+static const fg_cu_observer mem_observer = {.ctx_gone = mem_ctx_gone, .forget_all = mem_forget_all};
+static void __attribute__((constructor)) mem_register(void) { fg_cu_observe(&mem_observer, FG_CU_STAGE_ALLOCATIONS); }
 
 static CUresult precheck(const void *out, size_t size) {
     CUresult r = fg_cu_ready();

@@ -295,16 +295,3 @@ FG_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags,
     return CUDA_SUCCESS;
 }
 
-/* Waits until the work this context queued on the simulated engine has drained. */
-FG_EXPORT CUresult cuCtxSynchronize(void) {
-    fg_ctx *c;
-    CUresult r = fg_cu_need_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if ((r = fg_launch_drain(c)) != CUDA_SUCCESS)
-        return r;
-    pthread_mutex_lock(&fg_cu.mu);
-    fg_pool_sync(c->dev); /* a synchronisation point: pools give back what is above their threshold */
-    pthread_mutex_unlock(&fg_cu.mu);
-    return CUDA_SUCCESS;
-}

@@ -195,7 +195,7 @@ void fg_pool_sync(int ordinal);
 /* Allocation from a pool (cuda_mem.c): an address in the table, its bytes taken from the pool. */
 CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p);
 
-/* Streams, capture and graphs (cuda_graph.c). A capturing stream records instead of running:
+/* Streams, capture and graphs (cuda_capture.c, cuda_graph_exec.c). A capturing stream records instead of running:
  * each returns 1 (and *r) when hStream is capturing. */
 int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult *r);
 int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r);
@@ -212,7 +212,7 @@ CUresult fg_launch_drain(const fg_ctx *c);
 /* CUDA_SUCCESS when that work has run, CUDA_ERROR_NOT_READY while some is queued (cuStreamQuery). */
 CUresult fg_launch_query(const fg_ctx *c);
 
-/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_mem.c). */
+/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_charge.c). */
 void fg_alloc_delay(void);
 /* Kinds of the allocation table (cuda_mem.c). */
 enum { FG_K_MEM, FG_K_MANAGED, FG_K_PITCH, FG_K_ASYNC, FG_K_ARRAY, FG_K_MIPMAP, FG_K_IPC };
@@ -239,7 +239,7 @@ CUresult fg_mem_ipc_open(CUdeviceptr *out, const fg_ipc_ref *ref);
 
 /* What a context's cuCtxSetLimit values hold beyond the defaults (cuda_limits.c). */
 uint64_t fg_limit_extra(const fg_ctx *c);
-/* Modules (cuda_launch.c, cuda_modules.c): load an image into the current context, charging the
+/* Modules (cuda_kernels.c, cuda_modules.c): load an image into the current context, charging the
  * device memory its globals take; every module of a destroyed context goes with it. */
 CUresult fg_module_load(CUmodule *module, const void *image, size_t len);
 CUresult fg_module_unload(CUmodule module);

@@ -129,12 +129,3 @@ void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **
     if (a->group >= 0 && a->group < FG_MAX_GROUPS)
         *group = &sh->group[a->group].w[unit];
 }
-
-void fg_state_forget(fg_shared *sh, int slot) {
-    for (int i = 0; i < FG_MAX_CHANNELS; i++)
-        if (sh->chan[i].in_use && sh->chan[i].slot == slot)
-            fg_state_drop_queue(sh, i);
-    for (int i = 0; i < FG_MAX_ACCTS; i++)
-        if (sh->acct[i].used && sh->acct[i].slot == slot)
-            sh->acct[i].slot = -1;
-}

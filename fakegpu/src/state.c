@@ -227,11 +227,16 @@ int32_t fg_state_slot_pid(fg_state *st, int slot) {
     return (int32_t)fl.l_pid;
 }
 
+/* The engines' part in the lock (timeline.c registers it when the library is loaded). */
+static const fg_state_engine_ops *engine;
+
+void fg_state_set_engine(const fg_state_engine_ops *ops) { engine = ops; }
+
 /* A dead owner's slot is cleared outside the scan, which every lock runs over all slots. */
 static __attribute__((noinline)) void reap_slot(fg_state *st, int i) {
     memset(&st->sh->slot[i], 0, sizeof st->sh->slot[i]); /* its owner is gone: so is its memory */
     unhold_all(st, i);                                    /* its holds on shared allocations */
-    fg_state_forget(st->sh, i);                           /* and its queued work */
+    engine->slot_gone(st->sh, i);                         /* and its queued work */
 }
 
 static void reap(fg_state *st) {
@@ -247,8 +252,8 @@ static void reap(fg_state *st) {
 int fg_state_lock(fg_state *st) {
     if (st->sh && st->pid != getpid())
         fg_state_after_fork(st); /* forked without our atfork handler (raw clone, _Fork) */
-    if (!st->sh)
-        return -1;
+    if (!st->sh || !engine)
+        return -1; /* without the engines nobody's queued work would be run or reaped: refuse */
     int rc = pthread_mutex_lock(&st->sh->mutex);
     if (rc == EOWNERDEAD) {
         /* The owner died inside a critical section. Of the memory accounting it can only have
@@ -257,7 +262,7 @@ int fg_state_lock(fg_state *st) {
          * bookkeeping is rebuilt from the queued kernels (a half-credited step stays half credited
          * in the work records: at most one step's worth). */
         pthread_mutex_consistent(&st->sh->mutex);
-        fg_state_repair(st->sh);
+        engine->repair(st->sh);
         rc = 0;
     }
     if (rc != 0)
@@ -277,19 +282,13 @@ int fg_state_lock(fg_state *st) {
     if (busy) {
         uint64_t now = fg_state_clock(st);
         for (unsigned u = 0; u < n; u++)
-            fg_state_advance(st->sh, u, now);
+            engine->advance(st->sh, u, now);
     }
     return 0;
 }
 
 uint64_t fg_state_clock(const fg_state *st) { return st->clock ? st->clock() : fg_now_ns(); }
 
-uint64_t fg_state_now(fg_state *st, unsigned unit) {
-    fg_unit *u = &st->sh->unit[unit];
-    if (!u->active) /* an idle engine is not brought up to now by the lock */
-        fg_state_advance(st->sh, unit, fg_state_clock(st));
-    return u->sim_at;
-}
 
 void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
 

@@ -261,6 +261,17 @@ unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t 
 /* The PID of slot's owner in the caller's PID namespace (see "PIDs as the reader sees them"). */
 int32_t fg_state_slot_pid(fg_state *st, int slot);
 
+/* What the engines (timeline.c) do inside the state's lock, registered by them when the library
+ * is loaded (a constructor), so that the lock's file never calls them by name: rebuild the queues'
+ * bookkeeping after a holder died inside the lock, drop a reaped slot's queues, and bring a busy
+ * unit's timeline up to now. fg_state_lock fails while none is registered. */
+typedef struct fg_state_engine_ops {
+    void (*repair)(fg_shared *sh);
+    void (*slot_gone)(fg_shared *sh, int slot);
+    void (*advance)(fg_shared *sh, unsigned unit, uint64_t to);
+} fg_state_engine_ops;
+void fg_state_set_engine(const fg_state_engine_ops *ops);
+
 /* Not under the lock: in a forked child, before anything else. Detaches (fails closed) when the
  * file cannot be opened again. */
 void fg_state_after_fork(fg_state *st);

@@ -218,3 +218,23 @@ uint64_t fg_state_drain_at(fg_state *st, unsigned unit) {
     uint64_t wait = others > UINT64_MAX - left ? UINT64_MAX : others + left;
     return wait > UINT64_MAX - t ? UINT64_MAX : t + wait;
 }
+
+void fg_state_forget(fg_shared *sh, int slot) {
+    for (int i = 0; i < FG_MAX_CHANNELS; i++)
+        if (sh->chan[i].in_use && sh->chan[i].slot == slot)
+            fg_state_drop_queue(sh, i);
+    for (int i = 0; i < FG_MAX_ACCTS; i++)
+        if (sh->acct[i].used && sh->acct[i].slot == slot)
+            sh->acct[i].slot = -1;
+}
+
+uint64_t fg_state_now(fg_state *st, unsigned unit) {
+    fg_unit *u = &st->sh->unit[unit];
+    if (!u->active) /* an idle engine is not brought up to now by the lock */
+        fg_state_advance(st->sh, unit, fg_state_clock(st));
+    return u->sim_at;
+}
+
+static const fg_state_engine_ops engine_ops = {
+    .repair = fg_state_repair, .slot_gone = fg_state_forget, .advance = fg_state_advance};
+static void __attribute__((constructor)) engine_register(void) { fg_state_set_engine(&engine_ops); }

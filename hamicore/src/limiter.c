@@ -17,7 +17,6 @@
 
 #include "config.h"
 #include "controller.h"
-#include "gate.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"
@@ -40,7 +39,6 @@ void lb_limiter_init(void)
             lb_launch_limited = 1;
         }
     }
-    lb_gate_init();
 }
 
 int lb_limiter_limited(int dev) { return g_b[dev].limit != 0; }
@@ -55,7 +53,6 @@ void lb_limiter_after_fork(void)
     lb_ctl_forget_calibration();
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_ctl_after_fork(&g_b[d]);
-    lb_gate_after_fork();
 }
 
 static void refill(struct lb_bucket *b)

@@ -21,6 +21,7 @@
 #include "limitbed/modglobals.h"
 
 #include "context.h"
+#include "ctxgone.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"
@@ -142,7 +143,7 @@ static void unloaded(uintptr_t h)
     lb_unlock(&g_mu);
 }
 
-void lb_modules_ctx_gone(uintptr_t ctx)
+static void modules_ctx_gone(uintptr_t ctx)
 {
     lb_lock(&g_mu);
     for (int i = 0; i < MAX_MODS; i++)
@@ -152,6 +153,7 @@ void lb_modules_ctx_gone(uintptr_t ctx)
         }
     lb_unlock(&g_mu);
 }
+static void __attribute__((constructor)) modules_ctx_gone_register(void) { lb_ctx_on_gone(LB_CTX_GONE_MODULES, modules_ctx_gone); }
 
 #define LOAD(api, image, len, out, call)                                                                            \
     do {                                                                                                            \

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "limitbed/region.h"
+#include "loglevel.h"
 
 #define LB_MAX_DEVICES LB_REGION_MAX_DEVICES
 #define LB_LINE_MAX 4096   /* longest accepted line INCLUDING its LF (docs/limits-file.md) */
@@ -30,8 +31,6 @@
 #define LB_MSG_MAX 200
 #define LB_DEFAULT_CACHE "/tmp/cudevshr.cache"
 
-enum lb_level { LB_LOG_SILENT = 0, LB_LOG_ERROR = 1, LB_LOG_WARN = 2, LB_LOG_INFO = 3, LB_LOG_DEBUG = 4 };
-#define LB_LOG_DEFAULT LB_LOG_WARN
 
 enum lb_source { LB_SRC_NONE = 0, LB_SRC_FILE = 1, LB_SRC_ENV = 2, LB_SRC_DEFAULT = 3 };
 

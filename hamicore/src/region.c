@@ -36,6 +36,7 @@
 
 #include "fmt.h"
 #include "guard.h"
+#include "limitsfile.h"
 #include "log.h"
 
 struct lb_region_header *lb_region;

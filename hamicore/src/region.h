@@ -5,7 +5,8 @@
 #include <stdint.h>
 
 #include "limitbed/region.h"
-#include "limitsfile.h"
+
+struct lb_config; /* limitsfile.h */
 
 /* The attached region: the pod's usage.cache, or a private memfd when that cannot be used (the
  * process then enforces its own limits alone). Non-NULL once lb_region_init has run. */

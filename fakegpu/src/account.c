@@ -98,7 +98,7 @@ int fg_state_queue(fg_state *st, unsigned unit, int create) {
         return -1;
     fg_shared *sh = st->sh;
     int i = st->chan[unit] - 1;
-    /* A queue of our slot is ours: a dead owner's queues went with its slot (fg_state_forget). */
+    /* A queue of our slot is ours: a dead owner's queues went with its slot (timeline.c forgets them). */
     if (st->slot >= 0 && st->pid == getpid() && i >= 0 && sh->chan[i].in_use && sh->chan[i].slot == st->slot &&
         sh->chan[i].unit == unit)
         return i;

@@ -40,7 +40,8 @@ long fg_reg_find(void **v, size_t n, const void *p) {
 
 void fg_reg_del(void **v, size_t *n, long i) { v[i] = v[--*n]; }
 
-gnode *fg_node_of(CUgraphNode h) {
+/* A live node of a registered graph, or NULL. */
+static gnode *node_of(CUgraphNode h) {
     gnode *n = (gnode *)h;
     for (size_t i = 0; n && i < fg_ngraphs; i++)
         for (size_t j = 0; j < fg_graphs[i]->n; j++)
@@ -135,11 +136,11 @@ FG_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
 }
 
 /* Dependencies only order nodes, and the fake runs nothing in parallel: checked, not kept. */
-CUresult fg_deps_ok(const CUgraphNode *deps, size_t n, const graph *g) {
+static CUresult deps_ok(const CUgraphNode *deps, size_t n, const graph *g) {
     if (n && !deps)
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++) {
-        gnode *d = fg_node_of(deps[i]);
+        gnode *d = node_of(deps[i]);
         if (!d || d->g != g)
             return CUDA_ERROR_INVALID_VALUE;
     }
@@ -157,7 +158,7 @@ static CUresult kernel_node(CUgraphNode *ph, CUgraph hg, const CUgraphNode *deps
     pthread_mutex_lock(&fg_cu.mu);
     long gi = G_FIND(hg);
     gnode *n = NULL;
-    if (gi < 0 || (r = fg_deps_ok(deps, nd, fg_graphs[gi])) != CUDA_SUCCESS)
+    if (gi < 0 || (r = deps_ok(deps, nd, fg_graphs[gi])) != CUDA_SUCCESS)
         r = CUDA_ERROR_INVALID_VALUE;
     else if (!(n = fg_node_add(fg_graphs[gi], CU_GRAPH_NODE_TYPE_KERNEL)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -212,7 +213,7 @@ FG_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *ph, CUgraph hg, const CUg
     pthread_mutex_lock(&fg_cu.mu);
     long gi = G_FIND(hg);
     gnode *n = NULL;
-    if (gi < 0 || fg_deps_ok(deps, nd, fg_graphs[gi]) != CUDA_SUCCESS)
+    if (gi < 0 || deps_ok(deps, nd, fg_graphs[gi]) != CUDA_SUCCESS)
         r = CUDA_ERROR_INVALID_VALUE;
     else if ((r = fg_alloc_node(fg_graphs[gi], p->bytesize, p->poolProps.location.id, &p->dptr, &n)) == CUDA_SUCCESS)
         *ph = (CUgraphNode)n;
@@ -242,7 +243,7 @@ FG_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *ph, CUgraph hg, const CUgr
     pthread_mutex_lock(&fg_cu.mu);
     long gi = G_FIND(hg);
     gnode *n = NULL;
-    if (gi < 0 || fg_deps_ok(deps, nd, fg_graphs[gi]) != CUDA_SUCCESS || !fg_freeable_in(fg_graphs[gi], dptr))
+    if (gi < 0 || deps_ok(deps, nd, fg_graphs[gi]) != CUDA_SUCCESS || !fg_freeable_in(fg_graphs[gi], dptr))
         r = CUDA_ERROR_INVALID_VALUE;
     else if (!(n = fg_node_add(fg_graphs[gi], CU_GRAPH_NODE_TYPE_MEM_FREE)))
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -259,7 +260,7 @@ FG_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLO
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fg_cu.mu);
-    gnode *n = fg_node_of(hNode);
+    gnode *n = node_of(hNode);
     if (!n || n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else {
@@ -281,7 +282,7 @@ FG_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *d
     if (!dptr_out)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fg_cu.mu);
-    gnode *n = fg_node_of(hNode);
+    gnode *n = node_of(hNode);
     if (!n || n->type != CU_GRAPH_NODE_TYPE_MEM_FREE)
         r = CUDA_ERROR_INVALID_VALUE;
     else
@@ -318,7 +319,7 @@ FG_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) 
     if (!type)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fg_cu.mu);
-    gnode *n = fg_node_of(hNode);
+    gnode *n = node_of(hNode);
     if (n)
         *type = n->type;
     else
@@ -336,7 +337,7 @@ static CUresult kernel_params(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *p, 
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fg_cu.mu);
-    gnode *n = fg_node_of(hNode);
+    gnode *n = node_of(hNode);
     if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else {

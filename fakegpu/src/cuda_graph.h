@@ -84,8 +84,6 @@ void fg_reg_del(void **v, size_t *n, long i);
 #define X_ADD(p) fg_reg_add((void ***)&fg_execs, &fg_nexecs, &fg_capexecs, (p))
 #define X_FIND(p) fg_reg_find((void **)fg_execs, fg_nexecs, (p))
 
-/* A live node of a registered graph, or NULL. */
-gnode *fg_node_of(CUgraphNode h);
 /* A live stream of ours, or NULL (the default streams are none). */
 fg_stream *fg_stream_of(CUstream s);
 /* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are the default streams (*out NULL); takes the lock. */
@@ -94,7 +92,6 @@ void fg_graph_free(graph *g);
 /* A new registered graph; NULL when out of memory. */
 graph *fg_graph_new(void);
 gnode *fg_node_add(graph *g, CUgraphNodeType type);
-CUresult fg_deps_ok(const CUgraphNode *deps, size_t n, const graph *g);
 /* An allocation node: its address reserved now, its memory when an executable graph runs. */
 CUresult fg_alloc_node(graph *g, size_t bytes, int dev, CUdeviceptr *dptr, gnode **out);
 /* The allocation to free: one of this graph's allocation nodes, or an outstanding graph allocation. */

@@ -6,7 +6,7 @@
  * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
  * holding it hands it over as EOWNERDEAD; the next locker marks it consistent, the dead
  * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again)
- * and the engines' queue bookkeeping, which any locker updates, is rebuilt (fg_state_repair).
+ * and the engines' queue bookkeeping, which any locker updates, is rebuilt (timeline.c, through fg_state_engine_ops).
  *
  * Liveness: every process that uses memory owns a slot and holds a write lock on byte
  * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
@@ -243,12 +243,6 @@ void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
 int fg_state_queue(fg_state *st, unsigned unit, int create);
 /* The process's and the container's records a queue's work is credited to (NULL: none). */
 void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **proc, fg_work **group);
-/* A dead slot's queues are dropped, its work records marked exited. */
-void fg_state_forget(fg_shared *sh, int slot);
-void fg_state_drop_queue(fg_shared *sh, int ci);
-/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
- * count and running queue, made consistent with the kernels the queues hold. */
-void fg_state_repair(fg_shared *sh);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the

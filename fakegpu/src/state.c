@@ -65,6 +65,12 @@ static int reopen(fg_state *st, int pin) {
     return 0;
 }
 
+/* The engines' part in the lock (timeline.c registers it when the library is loaded): without it
+ * nobody's queued work would be run or reaped, so no state is attached (fail closed). */
+static const fg_state_engine_ops *engine;
+
+void fg_state_set_engine(const fg_state_engine_ops *ops) { engine = ops; }
+
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
     char msg[300];
     /* A re-attach keeps the side file open: closing it would drop this process's classic locks. */
@@ -75,6 +81,10 @@ int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned 
     st->fd = -1, st->slot = -1, st->pids_fd = pids_fd, st->pids_open = pids_open;
     st->pids_dev = pids_dev, st->pids_ino = pids_ino;
     fg_copy(st->path, sizeof st->path, path);
+    if (!engine) {
+        snprintf(err, errlen, "state file %s: no engine registered (internal)", path);
+        return -1;
+    }
     char dir[sizeof st->path];
     fg_copy(dir, sizeof dir, path);
     char *slash = strrchr(dir, '/');
@@ -227,11 +237,6 @@ int32_t fg_state_slot_pid(fg_state *st, int slot) {
     return (int32_t)fl.l_pid;
 }
 
-/* The engines' part in the lock (timeline.c registers it when the library is loaded). */
-static const fg_state_engine_ops *engine;
-
-void fg_state_set_engine(const fg_state_engine_ops *ops) { engine = ops; }
-
 /* A dead owner's slot is cleared outside the scan, which every lock runs over all slots. */
 static __attribute__((noinline)) void reap_slot(fg_state *st, int i) {
     memset(&st->sh->slot[i], 0, sizeof st->sh->slot[i]); /* its owner is gone: so is its memory */
@@ -252,8 +257,8 @@ static void reap(fg_state *st) {
 int fg_state_lock(fg_state *st) {
     if (st->sh && st->pid != getpid())
         fg_state_after_fork(st); /* forked without our atfork handler (raw clone, _Fork) */
-    if (!st->sh || !engine)
-        return -1; /* without the engines nobody's queued work would be run or reaped: refuse */
+    if (!st->sh)
+        return -1;
     int rc = pthread_mutex_lock(&st->sh->mutex);
     if (rc == EOWNERDEAD) {
         /* The owner died inside a critical section. Of the memory accounting it can only have

@@ -258,7 +258,7 @@ int32_t fg_state_slot_pid(fg_state *st, int slot);
 /* What the engines (timeline.c) do inside the state's lock, registered by them when the library
  * is loaded (a constructor), so that the lock's file never calls them by name: rebuild the queues'
  * bookkeeping after a holder died inside the lock, drop a reaped slot's queues, and bring a busy
- * unit's timeline up to now. fg_state_lock fails while none is registered. */
+ * unit's timeline up to now. fg_state_attach fails while none is registered. */
 typedef struct fg_state_engine_ops {
     void (*repair)(fg_shared *sh);
     void (*slot_gone)(fg_shared *sh, int slot);

@@ -15,7 +15,7 @@
 #include "context.h"
 #include "guard.h"
 #include "init.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "reserve.h"
 #include "symbols.h"

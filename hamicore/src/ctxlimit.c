@@ -19,7 +19,7 @@
 #include "guard.h"
 #include "init.h"
 #include "log.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "symbols.h"
 

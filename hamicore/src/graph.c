@@ -31,7 +31,7 @@
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "reserve.h"
 #include "symbols.h"

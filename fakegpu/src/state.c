@@ -81,10 +81,8 @@ int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned 
     st->fd = -1, st->slot = -1, st->pids_fd = pids_fd, st->pids_open = pids_open;
     st->pids_dev = pids_dev, st->pids_ino = pids_ino;
     fg_copy(st->path, sizeof st->path, path);
-    if (!engine) {
-        snprintf(err, errlen, "state file %s: no engine registered (internal)", path);
-        return -1;
-    }
+    if (!engine) /* the engines' hooks are registered at load: none is an internal error */
+        return snprintf(err, errlen, "state file %s: no engine registered (internal)", path), -1;
     char dir[sizeof st->path];
     fg_copy(dir, sizeof dir, path);
     char *slash = strrchr(dir, '/');

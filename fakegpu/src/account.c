@@ -98,7 +98,7 @@ int fg_state_queue(fg_state *st, unsigned unit, int create) {
         return -1;
     fg_shared *sh = st->sh;
     int i = st->chan[unit] - 1;
-    /* A queue of our slot is ours: a dead owner's queues went with its slot (fg_state_forget). */
+    /* A queue of our slot is ours: a dead owner's queues went with its slot (timeline.c forgets them). */
     if (st->slot >= 0 && st->pid == getpid() && i >= 0 && sh->chan[i].in_use && sh->chan[i].slot == st->slot &&
         sh->chan[i].unit == unit)
         return i;
@@ -128,13 +128,4 @@ void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **
     *proc = &a->w[unit];
     if (a->group >= 0 && a->group < FG_MAX_GROUPS)
         *group = &sh->group[a->group].w[unit];
-}
-
-void fg_state_forget(fg_shared *sh, int slot) {
-    for (int i = 0; i < FG_MAX_CHANNELS; i++)
-        if (sh->chan[i].in_use && sh->chan[i].slot == slot)
-            fg_state_drop_queue(sh, i);
-    for (int i = 0; i < FG_MAX_ACCTS; i++)
-        if (sh->acct[i].used && sh->acct[i].slot == slot)
-            sh->acct[i].slot = -1;
 }

@@ -63,17 +63,17 @@ CUresult fg_ctx_charge(int ordinal, int add) {
 /* Called with fg_cu.mu held. */
 static void destroy_locked(fg_ctx *c) {
     __atomic_store_n(&c->magic, 0, __ATOMIC_RELEASE);
-    fg_mem_release_ctx(c);
-    fg_limits_gone(c);
-    fg_modules_ctx_gone(c);
+    fg_cu_ctx_gone(c); /* every module's part: allocations, reserves, limits, modules */
     fg_ctx_charge(c->dev, 0);
     c->refs = 0;
 }
 
-void fg_ctx_forget_all(void) {
+static void ctx_forget_all(void) {
     memset(fg_cu.primary, 0, sizeof fg_cu.primary);
     memset(fg_cu.pool, 0, sizeof fg_cu.pool);
 }
+static const fg_cu_observer ctx_observer = {.forget_all = ctx_forget_all};
+static void __attribute__((constructor)) ctx_register(void) { fg_cu_observe(&ctx_observer, FG_CU_STAGE_CONTEXT); }
 
 static CUresult check_dev(CUdevice dev) {
     CUresult r = fg_cu_ready();
@@ -295,16 +295,3 @@ FG_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags,
     return CUDA_SUCCESS;
 }
 
-/* Waits until the work this context queued on the simulated engine has drained. */
-FG_EXPORT CUresult cuCtxSynchronize(void) {
-    fg_ctx *c;
-    CUresult r = fg_cu_need_ctx(&c);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if ((r = fg_launch_drain(c)) != CUDA_SUCCESS)
-        return r;
-    pthread_mutex_lock(&fg_cu.mu);
-    fg_pool_sync(c->dev); /* a synchronisation point: pools give back what is above their threshold */
-    pthread_mutex_unlock(&fg_cu.mu);
-    return CUDA_SUCCESS;
-}

@@ -1,29 +1,10 @@
-/* cuInit, the driver version and the process-wide state every other cuda_*.c uses. */
+/* cuInit and the driver version: the profile's devices enumerated into fg_cu (cuda_process.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuda_internal.h"
-
-fg_cuda fg_cu = {.mu = PTHREAD_MUTEX_INITIALIZER, .st = FG_STATE_DETACHED};
-
-/* fork: hold our mutex across it so the child gets a consistent table, then make the child a
- * fresh process for the device: no contexts, no allocations, its own state slot. */
-static void fork_prepare(void) { pthread_mutex_lock(&fg_cu.mu); }
-static void fork_parent(void) { pthread_mutex_unlock(&fg_cu.mu); }
-static void fork_child(void) {
-    fg_ctx_forget_all();
-    fg_mem_forget_all();
-    fg_vmm_forget_all();
-    fg_pool_forget_all();
-    fg_graph_forget_all();
-    fg_state_after_fork(&fg_cu.st);
-    pthread_mutex_unlock(&fg_cu.mu);
-}
-/* Registered when the library is loaded (registration only): a fork racing with the first
- * cuInit, which holds the mutex, must wait for it rather than leave the child's copy locked. */
-static void __attribute__((constructor)) register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 static void add_ordinal(const fg_profile *p, unsigned d, int m) {
     const fg_device *dv = &p->dev[d];
@@ -165,15 +146,4 @@ FG_EXPORT CUresult cuDriverGetVersion(int *driverVersion) {
         return CUDA_ERROR_NO_DEVICE;
     *driverVersion = (int)early_cfg.prof.cuda_version;
     return CUDA_SUCCESS;
-}
-
-CUresult fg_cu_ready(void) {
-    return __atomic_load_n(&fg_cu.initialized, __ATOMIC_ACQUIRE) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-int fg_cu_dev_valid(CUdevice d) { return d >= 0 && d < fg_cu.ndev; }
-
-int fg_cu_lost(int ordinal) {
-    return fg_cu.cfg.faults.lost_device >= 0 && fg_cu_dev_valid(ordinal) &&
-           fg_cu.dev[ordinal].phys == (unsigned)fg_cu.cfg.faults.lost_device;
 }

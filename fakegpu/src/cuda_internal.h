@@ -146,6 +146,21 @@ typedef struct fg_cuda {
 
 extern fg_cuda fg_cu;
 
+/* A module's part in a context's death and in a forked child (cuda_process.c): each module that
+ * keeps a table adds itself with fg_cu_observe from a constructor, so neither the context's file
+ * nor the process's calls it by name. ctx_gone runs with fg_cu.mu held, stage by stage: the
+ * allocation table first (it gives pool allocations back), then what the device keeps in reserve
+ * (pools, graph memory), then what the context itself held (limits, modules). */
+enum { FG_CU_STAGE_ALLOCATIONS, FG_CU_STAGE_RESERVES, FG_CU_STAGE_CONTEXT, FG_CU_STAGES };
+typedef struct fg_cu_observer {
+    void (*ctx_gone)(fg_ctx *c); /* the context is destroyed (a primary one: reset) */
+    void (*forget_all)(void);    /* forked child: the parent's objects stay the parent's */
+} fg_cu_observer;
+/* Registration at load time only; a list that is full makes cuInit fail (never a module left out). */
+void fg_cu_observe(const fg_cu_observer *o, int stage);
+/* Every registered module, in stage order (cuda_ctx.c, fg_cu.mu held). */
+void fg_cu_ctx_gone(fg_ctx *c);
+
 /* CUDA_SUCCESS once cuInit succeeded, else CUDA_ERROR_NOT_INITIALIZED. */
 CUresult fg_cu_ready(void);
 /* The calling thread's current context, validated; NULL if none or destroyed. */
@@ -177,22 +192,16 @@ void fg_pool_give(struct fg_pool *p, uint64_t bytes);
 /* A synchronisation point: every pool of the device (-1: all) gives back what is above its
  * release threshold. */
 void fg_pool_sync(int ordinal);
-/* A destroyed context (primary: reset) on the device. */
-void fg_pool_ctx_gone(int ordinal, int primary);
-void fg_pool_forget_all(void);
 /* Allocation from a pool (cuda_mem.c): an address in the table, its bytes taken from the pool. */
 CUresult fg_mem_alloc_pool(CUdeviceptr *out, size_t size, struct fg_pool *p);
 
-/* Streams, capture and graphs (cuda_graph.c). A capturing stream records instead of running:
+/* Streams, capture and graphs (cuda_capture.c, cuda_graph_exec.c). A capturing stream records instead of running:
  * each returns 1 (and *r) when hStream is capturing. */
 int fg_capture_alloc(CUstream hStream, size_t size, CUdeviceptr *dptr, CUresult *r);
 int fg_capture_free(CUstream hStream, CUdeviceptr dptr, CUresult *r);
 int fg_capture_kernel(CUstream hStream, CUfunction f, uint64_t blocks, uint64_t ns, CUresult *r);
 /* A free of a graph allocation outside its graph; 1 if dptr was one. Called with fg_cu.mu held. */
 int fg_graph_free_ptr(CUdeviceptr dptr);
-void fg_graph_ctx_gone(int ordinal, int primary);
-void fg_graph_forget_all(void);
-void fg_vmm_forget_all(void);
 /* Simulated execution of blocks thread blocks of f on the current context (cuda_launch.c). */
 CUresult fg_launch(CUfunction f, uint64_t blocks, uint64_t ns);
 /* A kernel was queued on the unit (cuda_event.c counts them; state lock held). */
@@ -203,7 +212,7 @@ CUresult fg_launch_drain(const fg_ctx *c);
 /* CUDA_SUCCESS when that work has run, CUDA_ERROR_NOT_READY while some is queued (cuStreamQuery). */
 CUresult fg_launch_query(const fg_ctx *c);
 
-/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_mem.c). */
+/* The time an allocation spends in the driver, set by fakegpuSetAllocDelayMs (cuda_charge.c). */
 void fg_alloc_delay(void);
 /* Kinds of the allocation table (cuda_mem.c). */
 enum { FG_K_MEM, FG_K_MANAGED, FG_K_PITCH, FG_K_ASYNC, FG_K_ARRAY, FG_K_MIPMAP, FG_K_IPC };
@@ -228,21 +237,14 @@ CUresult fg_mem_ipc_export(CUdeviceptr p, fg_ipc_ref *ref);
 /* The importer: the shared allocation at a new address of the current context. */
 CUresult fg_mem_ipc_open(CUdeviceptr *out, const fg_ipc_ref *ref);
 
-/* What a context's cuCtxSetLimit values hold beyond the defaults, and its release (cuda_limits.c). */
+/* What a context's cuCtxSetLimit values hold beyond the defaults (cuda_limits.c). */
 uint64_t fg_limit_extra(const fg_ctx *c);
-void fg_limits_gone(fg_ctx *c);
-/* Modules (cuda_launch.c, cuda_modules.c): load an image into the current context, charging the
+/* Modules (cuda_kernels.c, cuda_modules.c): load an image into the current context, charging the
  * device memory its globals take; every module of a destroyed context goes with it. */
 CUresult fg_module_load(CUmodule *module, const void *image, size_t len);
 CUresult fg_module_unload(CUmodule module);
-void fg_modules_ctx_gone(const fg_ctx *c);
 
 /* Context charge: a primary or created context costs the profile's context_mib. */
 CUresult fg_ctx_charge(int ordinal, int add);
-/* Frees every allocation made in ctx (context destroyed or reset). */
-void fg_mem_release_ctx(const fg_ctx *ctx);
-/* Forked child: the parent's allocations stay the parent's. */
-void fg_mem_forget_all(void);
-void fg_ctx_forget_all(void);
 
 #endif

@@ -25,13 +25,15 @@ uint64_t fg_limit_extra(const fg_ctx *c) {
 }
 
 /* The context is gone: so is what it held beyond the defaults. fg_cu.mu held. */
-void fg_limits_gone(fg_ctx *c) {
+static void limits_gone(fg_ctx *c) {
     uint64_t extra = fg_limit_extra(c);
     if (extra)
         fg_mem_uncharge(c->dev, extra);
     for (int l = 0; l < NLIMITS; l++)
         c->limits[l] = 0;
 }
+static const fg_cu_observer limits_observer = {.ctx_gone = limits_gone};
+static void __attribute__((constructor)) limits_register(void) { fg_cu_observe(&limits_observer, FG_CU_STAGE_CONTEXT); }
 
 FG_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
     fg_ctx *c;

@@ -7,11 +7,8 @@
  * ordinal has its own 1 TiB window; a first-fit search over the sorted table reuses freed ranges.
  * Sizes are charged in 2 MiB granules, the page size a real GPU hands out large allocations in.
  */
-#include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cuda_internal.h"
 
@@ -72,43 +69,6 @@ static void uncharge_locked(const alloc *a) {
         fg_pool_give(a->pool, a->charged);
     else if (a->charged)
         fg_state_release(&fg_cu.st, fg_cu.dev[a->dev].unit, a->charged, 0);
-}
-
-CUresult fg_mem_charge(int ordinal, uint64_t bytes) {
-    if (fg_state_lock(&fg_cu.st) != 0)
-        return CUDA_ERROR_UNKNOWN;
-    int rc = fg_state_charge(&fg_cu.st, fg_cu.dev[ordinal].unit, bytes, fg_cu.dev[ordinal].total, 0);
-    fg_state_unlock(&fg_cu.st);
-    if (rc == -2)
-        fg_log("more than %d processes use the device state %s", FG_MAX_SLOTS, fg_cu.st.path);
-    return rc == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-void fg_mem_uncharge(int ordinal, uint64_t bytes) {
-    if (bytes == 0 || fg_state_lock(&fg_cu.st) != 0)
-        return;
-    fg_state_release(&fg_cu.st, fg_cu.dev[ordinal].unit, bytes, 0);
-    fg_state_unlock(&fg_cu.st);
-}
-
-/* fakegpuSetAllocDelayMs(N): from now on every device allocation spends N ms in the driver before
- * it takes any lock, as a slow real one can; 0 ends it. A test slows down a few calls so that a
- * signal arriving then finds its thread inside the driver. Not a CUDA entry point: a program finds
- * it with dlsym and, on a real driver, does without. An atomic load on the allocation path: no
- * environment is read there (its cost would grow with the environment). */
-static _Atomic int alloc_delay_ms;
-
-FG_EXPORT void fakegpuSetAllocDelayMs(int ms) {
-    atomic_store(&alloc_delay_ms, ms < 0 ? 0 : ms > 60000 ? 60000 : ms);
-}
-
-void fg_alloc_delay(void) {
-    int ms = atomic_load_explicit(&alloc_delay_ms, memory_order_relaxed);
-    if (ms <= 0)
-        return;
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 /* The one path every device allocation takes: fault check, address, shared charge (or the
@@ -191,7 +151,8 @@ CUresult fg_mem_free(CUdeviceptr p, unsigned kinds) {
     return r;
 }
 
-void fg_mem_release_ctx(const fg_ctx *ctx) {
+/* Frees every allocation made in ctx (context destroyed or reset). */
+static void mem_ctx_gone(fg_ctx *ctx) {
     size_t k = 0;
     for (size_t i = 0; i < ntab; i++) {
         if (tab[i].ctx != ctx) {
@@ -204,14 +165,15 @@ void fg_mem_release_ctx(const fg_ctx *ctx) {
         }
     }
     ntab = k;
-    fg_pool_ctx_gone(ctx->dev, ctx->primary);
-    fg_graph_ctx_gone(ctx->dev, ctx->primary);
 }
 
-void fg_mem_forget_all(void) {
+/* Forked child: the parent's allocations stay the parent's. */
+static void mem_forget_all(void) {
     free(tab);
     tab = NULL, ntab = captab = 0;
 }
+static const fg_cu_observer mem_observer = {.ctx_gone = mem_ctx_gone, .forget_all = mem_forget_all};
+static void __attribute__((constructor)) mem_register(void) { fg_cu_observe(&mem_observer, FG_CU_STAGE_ALLOCATIONS); }
 
 static CUresult precheck(const void *out, size_t size) {
     CUresult r = fg_cu_ready();

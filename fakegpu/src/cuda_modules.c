@@ -1,5 +1,5 @@
 /*
- * The other ways to load a module, all through fg_module_load (cuda_launch.c), so each charges
+ * The other ways to load a module, all through fg_module_load (cuda_kernels.c), so each charges
  * the device memory of the image's globals: cuModuleLoadDataEx (JIT options ignored),
  * cuModuleLoad (a file), cuModuleLoadFatBinary, and the context-independent libraries of CUDA 12
  * (cuLibraryLoadData, cuLibraryLoadFromFile), which load into the current context here: the fake

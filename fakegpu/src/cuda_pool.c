@@ -94,7 +94,8 @@ void fg_pool_sync(int dev) {
             trim(&created[i], created[i].threshold);
 }
 
-void fg_pool_ctx_gone(int dev, int primary) {
+/* A destroyed context (primary: reset) on the device. */
+static void pool_ctx_gone(int dev, int primary) {
     if (primary && defaults[dev].magic == FG_POOL_LIVE) {
         trim(&defaults[dev], 0);
         defaults[dev].threshold = defaults[dev].reserved_high = defaults[dev].used_high = 0;
@@ -103,11 +104,14 @@ void fg_pool_ctx_gone(int dev, int primary) {
     fg_pool_sync(dev);
 }
 
-void fg_pool_forget_all(void) {
+static void pool_forget_all(void) {
     memset(defaults, 0, sizeof defaults);
     memset(created, 0, sizeof created);
     memset(current, 0, sizeof current);
 }
+static void pool_observe_ctx(fg_ctx *c) { pool_ctx_gone(c->dev, c->primary); }
+static const fg_cu_observer pool_observer = {.ctx_gone = pool_observe_ctx, .forget_all = pool_forget_all};
+static void __attribute__((constructor)) pool_register(void) { fg_cu_observe(&pool_observer, FG_CU_STAGE_RESERVES); }
 
 FG_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
     CUresult r = fg_cu_ready();

@@ -112,11 +112,13 @@ CUdeviceptr fg_va_reserve(uint64_t size, uint64_t align) {
     return p;
 }
 
-void fg_vmm_forget_all(void) {
+static void vmm_forget_all(void) {
     free(physv.v), free(resv.v), free(mapv.v);
     physv.v = resv.v = mapv.v = NULL;
     physv.n = physv.cap = resv.n = resv.cap = mapv.n = mapv.cap = 0;
 }
+static const fg_cu_observer vmm_observer = {.forget_all = vmm_forget_all};
+static void __attribute__((constructor)) vmm_register(void) { fg_cu_observe(&vmm_observer, FG_CU_STAGE_ALLOCATIONS); }
 
 static int prop_ok(const CUmemAllocationProp *prop) {
     return prop && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;

@@ -65,6 +65,12 @@ static int reopen(fg_state *st, int pin) {
     return 0;
 }
 
+/* The engines' part in the lock (timeline.c registers it when the library is loaded): without it
+ * nobody's queued work would be run or reaped, so no state is attached (fail closed). */
+static const fg_state_engine_ops *engine;
+
+void fg_state_set_engine(const fg_state_engine_ops *ops) { engine = ops; }
+
 int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned nunits, char *err, size_t errlen) {
     char msg[300];
     /* A re-attach keeps the side file open: closing it would drop this process's classic locks. */
@@ -75,6 +81,8 @@ int fg_state_attach(fg_state *st, const char *path, uint64_t identity, unsigned 
     st->fd = -1, st->slot = -1, st->pids_fd = pids_fd, st->pids_open = pids_open;
     st->pids_dev = pids_dev, st->pids_ino = pids_ino;
     fg_copy(st->path, sizeof st->path, path);
+    if (!engine) /* the engines' hooks are registered at load: none is an internal error */
+        return snprintf(err, errlen, "state file %s: no engine registered (internal)", path), -1;
     char dir[sizeof st->path];
     fg_copy(dir, sizeof dir, path);
     char *slash = strrchr(dir, '/');
@@ -231,7 +239,7 @@ int32_t fg_state_slot_pid(fg_state *st, int slot) {
 static __attribute__((noinline)) void reap_slot(fg_state *st, int i) {
     memset(&st->sh->slot[i], 0, sizeof st->sh->slot[i]); /* its owner is gone: so is its memory */
     unhold_all(st, i);                                    /* its holds on shared allocations */
-    fg_state_forget(st->sh, i);                           /* and its queued work */
+    engine->slot_gone(st->sh, i);                         /* and its queued work */
 }
 
 static void reap(fg_state *st) {
@@ -257,7 +265,7 @@ int fg_state_lock(fg_state *st) {
          * bookkeeping is rebuilt from the queued kernels (a half-credited step stays half credited
          * in the work records: at most one step's worth). */
         pthread_mutex_consistent(&st->sh->mutex);
-        fg_state_repair(st->sh);
+        engine->repair(st->sh);
         rc = 0;
     }
     if (rc != 0)
@@ -277,19 +285,13 @@ int fg_state_lock(fg_state *st) {
     if (busy) {
         uint64_t now = fg_state_clock(st);
         for (unsigned u = 0; u < n; u++)
-            fg_state_advance(st->sh, u, now);
+            engine->advance(st->sh, u, now);
     }
     return 0;
 }
 
 uint64_t fg_state_clock(const fg_state *st) { return st->clock ? st->clock() : fg_now_ns(); }
 
-uint64_t fg_state_now(fg_state *st, unsigned unit) {
-    fg_unit *u = &st->sh->unit[unit];
-    if (!u->active) /* an idle engine is not brought up to now by the lock */
-        fg_state_advance(st->sh, unit, fg_state_clock(st));
-    return u->sim_at;
-}
 
 void fg_state_unlock(fg_state *st) { pthread_mutex_unlock(&st->sh->mutex); }
 

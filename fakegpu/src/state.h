@@ -6,7 +6,7 @@
  * Consistency: one process-shared robust mutex guards the whole struct. A process that dies
  * holding it hands it over as EOWNERDEAD; the next locker marks it consistent, the dead
  * process's slot is reclaimed by the liveness scan below (its numbers are never trusted again)
- * and the engines' queue bookkeeping, which any locker updates, is rebuilt (fg_state_repair).
+ * and the engines' queue bookkeeping, which any locker updates, is rebuilt (timeline.c, through fg_state_engine_ops).
  *
  * Liveness: every process that uses memory owns a slot and holds a write lock on byte
  * [FG_LOCK_OFFSET + slot] of the same file. The locks are open-file-description locks
@@ -243,12 +243,6 @@ void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to);
 int fg_state_queue(fg_state *st, unsigned unit, int create);
 /* The process's and the container's records a queue's work is credited to (NULL: none). */
 void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **proc, fg_work **group);
-/* A dead slot's queues are dropped, its work records marked exited. */
-void fg_state_forget(fg_shared *sh, int slot);
-void fg_state_drop_queue(fg_shared *sh, int ci);
-/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
- * count and running queue, made consistent with the kernels the queues hold. */
-void fg_state_repair(fg_shared *sh);
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the
@@ -260,6 +254,17 @@ unsigned fg_state_util(const fg_state *st, unsigned unit, int32_t pid, uint64_t 
 
 /* The PID of slot's owner in the caller's PID namespace (see "PIDs as the reader sees them"). */
 int32_t fg_state_slot_pid(fg_state *st, int slot);
+
+/* What the engines (timeline.c) do inside the state's lock, registered by them when the library
+ * is loaded (a constructor), so that the lock's file never calls them by name: rebuild the queues'
+ * bookkeeping after a holder died inside the lock, drop a reaped slot's queues, and bring a busy
+ * unit's timeline up to now. fg_state_attach fails while none is registered. */
+typedef struct fg_state_engine_ops {
+    void (*repair)(fg_shared *sh);
+    void (*slot_gone)(fg_shared *sh, int slot);
+    void (*advance)(fg_shared *sh, unsigned unit, uint64_t to);
+} fg_state_engine_ops;
+void fg_state_set_engine(const fg_state_engine_ops *ops);
 
 /* Not under the lock: in a forked child, before anything else. Detaches (fails closed) when the
  * file cannot be opened again. */

@@ -130,7 +130,7 @@ void fg_state_advance(fg_shared *sh, unsigned unit, uint64_t to) {
 }
 
 /* Takes the queue off the engine (its process is gone): its work is dropped unrun. */
-void fg_state_drop_queue(fg_shared *sh, int ci) {
+static void drop_queue(fg_shared *sh, int ci) {
     fg_chan *c = &sh->chan[ci];
     fg_unit *u = &sh->unit[c->unit];
     if (c->count)
@@ -140,7 +140,9 @@ void fg_state_drop_queue(fg_shared *sh, int ci) {
     c->in_use = 0, c->count = 0, c->queued = 0;
 }
 
-void fg_state_repair(fg_shared *sh) {
+/* After a lock holder died mid-way: every queue's count and queued ns, and every unit's active
+ * count and running queue, made consistent with the kernels the queues hold. */
+static void repair(fg_shared *sh) {
     for (unsigned u = 0; u < FG_MAX_UNITS; u++) {
         sh->unit[u].active = 0;
         if (sh->unit[u].cur < -1 || sh->unit[u].cur >= FG_MAX_CHANNELS)
@@ -218,3 +220,24 @@ uint64_t fg_state_drain_at(fg_state *st, unsigned unit) {
     uint64_t wait = others > UINT64_MAX - left ? UINT64_MAX : others + left;
     return wait > UINT64_MAX - t ? UINT64_MAX : t + wait;
 }
+
+/* A dead slot's queues are dropped, its work records marked exited. */
+static void forget(fg_shared *sh, int slot) {
+    for (int i = 0; i < FG_MAX_CHANNELS; i++)
+        if (sh->chan[i].in_use && sh->chan[i].slot == slot)
+            drop_queue(sh, i);
+    for (int i = 0; i < FG_MAX_ACCTS; i++)
+        if (sh->acct[i].used && sh->acct[i].slot == slot)
+            sh->acct[i].slot = -1;
+}
+
+uint64_t fg_state_now(fg_state *st, unsigned unit) {
+    fg_unit *u = &st->sh->unit[unit];
+    if (!u->active) /* an idle engine is not brought up to now by the lock */
+        fg_state_advance(st->sh, unit, fg_state_clock(st));
+    return u->sim_at;
+}
+
+static const fg_state_engine_ops engine_ops = {
+    .repair = repair, .slot_gone = forget, .advance = fg_state_advance};
+static void __attribute__((constructor)) engine_register(void) { fg_state_set_engine(&engine_ops); }

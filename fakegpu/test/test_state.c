@@ -180,6 +180,68 @@ static uint64_t seen_by(const int *go) {
     return u;
 }
 
+/* A forked child takes its own slot, then closes every descriptor above 2 (closefrom): the
+ * neighbour (go) sees its charge while it lives, and not after. */
+static void child_closes_its_descriptors(fg_state *a, const char *other, int go[2]) {
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t c = fork();
+    if (c == 0) {
+        fg_state_after_fork(a);
+        int ok = charge(a, 0, 50 * MiB, 4000 * MiB) == 0;
+        int keep = dup2(ready[1], 900);
+        close_range(3, 899, 0);
+        int again = open(other, O_RDONLY); /* the program's file on the numbers we had */
+        ok &= used(a, 0) == 650 * MiB && again >= 0 && unlocked(again);
+        if (write(keep, ok ? "y" : "n", 1) != 1)
+            _exit(2);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]);
+    char r = 0;
+    CHECK(read(ready[0], &r, 1) == 1 && r == 'y');
+    close(ready[0]);
+    CHECK_MSG(seen_by(go) == 650, "a child that closed its descriptors: the neighbour sees %llu MiB, want 650",
+              (unsigned long long)seen_by(go));
+    kill(c, SIGKILL);
+    waitpid(c, NULL, 0);
+    CHECK(seen_by(go) == 600); /* and its memory goes with it */
+}
+
+/* A parent that dies while the child it forked lives: the parent's memory is reclaimed. */
+static void parent_dies_child_lives(const char *p, int go[2]) {
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t parent = fork();
+    if (parent == 0) {
+        fg_state d;
+        char e[256];
+        if (fg_state_attach(&d, p, 4, 2, e, sizeof e) != 0 || charge(&d, 0, 70 * MiB, 4000 * MiB) != 0)
+            _exit(2);
+        if (fork() == 0) {
+            fg_state_after_fork(&d);
+            pid_t me = getpid();
+            if (write(ready[1], &me, sizeof me) != (ssize_t)sizeof me)
+                _exit(2);
+            pause(); /* killed below */
+            _exit(0);
+        }
+        _exit(0);
+    }
+    close(ready[1]);
+    pid_t grandchild = 0;
+    CHECK(read(ready[0], &grandchild, sizeof grandchild) == (ssize_t)sizeof grandchild && grandchild > 0);
+    close(ready[0]);
+    int status;
+    waitpid(parent, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_MSG(seen_by(go) == 600, "a dead parent's 70 MiB live on in its child: the neighbour sees %llu MiB, want 600",
+              (unsigned long long)seen_by(go));
+    if (grandchild > 0)
+        kill(grandchild, SIGKILL); /* not ours to wait for: init reaps it */
+}
+
 /* The program closes our descriptor (closefrom, a double close, dup2 over it) and opens its own
  * files at that number: we never lock, close or read through its file, a neighbour's memory is
  * never taken for dead, and our own slot stays alive — in the process that attached and in a
@@ -209,61 +271,8 @@ static void program_closes_descriptors(void) {
     CHECK_MSG(same_file(was, sb.st_ino) && unlocked(was), "the program's fd %d was closed or locked", was);
     CHECK(lseek(was, 0, SEEK_CUR) == 0);
 
-    /* A forked child takes its own slot, then closes every descriptor above 2 (closefrom). */
-    int ready[2];
-    CHECK(pipe(ready) == 0);
-    pid_t c = fork();
-    if (c == 0) {
-        fg_state_after_fork(&a);
-        int ok = charge(&a, 0, 50 * MiB, 4000 * MiB) == 0;
-        int keep = dup2(ready[1], 900);
-        close_range(3, 899, 0);
-        int again = open(other, O_RDONLY); /* the program's file on the numbers we had */
-        ok &= used(&a, 0) == 650 * MiB && again >= 0 && unlocked(again);
-        if (write(keep, ok ? "y" : "n", 1) != 1)
-            _exit(2);
-        pause();
-        _exit(0);
-    }
-    close(ready[1]);
-    char r = 0;
-    CHECK(read(ready[0], &r, 1) == 1 && r == 'y');
-    close(ready[0]);
-    CHECK_MSG(seen_by(go) == 650, "a child that closed its descriptors: the neighbour sees %llu MiB, want 650",
-              (unsigned long long)seen_by(go));
-    kill(c, SIGKILL);
-    waitpid(c, NULL, 0);
-    CHECK(seen_by(go) == 600); /* and its memory goes with it */
-
-    /* A parent that dies while the child it forked lives: the parent's memory is reclaimed. */
-    CHECK(pipe(ready) == 0);
-    pid_t parent = fork();
-    if (parent == 0) {
-        fg_state d;
-        char e[256];
-        if (fg_state_attach(&d, p, 4, 2, e, sizeof e) != 0 || charge(&d, 0, 70 * MiB, 4000 * MiB) != 0)
-            _exit(2);
-        if (fork() == 0) {
-            fg_state_after_fork(&d);
-            pid_t me = getpid();
-            if (write(ready[1], &me, sizeof me) != (ssize_t)sizeof me)
-                _exit(2);
-            pause(); /* killed below */
-            _exit(0);
-        }
-        _exit(0);
-    }
-    close(ready[1]);
-    pid_t grandchild = 0;
-    CHECK(read(ready[0], &grandchild, sizeof grandchild) == (ssize_t)sizeof grandchild && grandchild > 0);
-    close(ready[0]);
-    int status;
-    waitpid(parent, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK_MSG(seen_by(go) == 600, "a dead parent's 70 MiB live on in its child: the neighbour sees %llu MiB, want 600",
-              (unsigned long long)seen_by(go));
-    if (grandchild > 0)
-        kill(grandchild, SIGKILL); /* not ours to wait for: init reaps it */
+    child_closes_its_descriptors(&a, other, go);
+    parent_dies_child_lives(p, go);
 
     fg_state_detach(&a);
     CHECK(same_file(was, sb.st_ino)); /* detach closes only what it opened */

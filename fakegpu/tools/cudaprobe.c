@@ -362,25 +362,21 @@ static void spread_to_others(void) {
         api.CtxSetCurrent(ctx);
 }
 
-int main(int argc, char **argv) {
-    if (parse(argc, argv) != 0)
-        return 2;
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-    char eb[2][48], name[128] = "", uuid[64] = "";
+/* cuInit, the device, its name and UUID, its primary context made current; NULL, or what failed
+ * (eb: 48 bytes for an error name). */
+static const char *driver_init(int *version, char name[128], char uuid[64], char *eb) {
     const char *msg = load_api(), *init_err = NULL;
-    int version = 0;
     CUresult r = msg ? CUDA_ERROR_NOT_FOUND : api.Init(0);
     if (r == CUDA_SUCCESS && api.DriverGetVersion)
-        api.DriverGetVersion(&version);
+        api.DriverGetVersion(version);
     if (r == CUDA_SUCCESS)
         r = api.DeviceGet(&dev, o.device);
     if (r == CUDA_SUCCESS) {
         CUuuid u;
-        api.DeviceGetName(name, sizeof name, dev);
+        api.DeviceGetName(name, 128, dev);
         if (api.DeviceGetUuid(&u, dev) == CUDA_SUCCESS) {
             const unsigned char *b = (const unsigned char *)u.bytes;
-            snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+            snprintf(uuid, 64, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
                      b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
         }
         r = api.DevicePrimaryCtxRetain(&ctx, dev);
@@ -388,9 +384,37 @@ int main(int argc, char **argv) {
     if (r == CUDA_SUCCESS)
         r = api.CtxSetCurrent(ctx);
     if (r != CUDA_SUCCESS) {
-        init_err = msg ? msg : err_name(r, eb[0], sizeof eb[0]);
+        init_err = msg ? msg : err_name(r, eb, 48);
         fprintf(stderr, "cudaprobe: driver init failed: %s\n", init_err);
     }
+    return init_err;
+}
+
+/* --hold / --hold-signal, then every chunk freed and the primary context released. */
+static void hold_then_free(void) {
+    if (o.hold_signal)
+        while (!got_signal)
+            pause();
+    else if (o.hold > 0) {
+        struct timespec ts = {(time_t)o.hold, (long)((o.hold - (double)(time_t)o.hold) * 1e9)};
+        while (!got_signal && nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    for (unsigned long long i = 0; i < nchunks; i++)
+        if (chunks[i].p)
+            free_one(chunks[i].p);
+    free(chunks);
+    api.DevicePrimaryCtxRelease(dev);
+}
+
+int main(int argc, char **argv) {
+    if (parse(argc, argv) != 0)
+        return 2;
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    char eb[2][48], name[128] = "", uuid[64] = "";
+    int version = 0;
+    const char *init_err = driver_init(&version, name, uuid, eb[0]);
 
     unsigned long long launched = 0;
     const char *launch_err = NULL;
@@ -431,18 +455,6 @@ int main(int argc, char **argv) {
     if (init_err)
         return 1;
 
-    if (o.hold_signal)
-        while (!got_signal)
-            pause();
-    else if (o.hold > 0) {
-        struct timespec ts = {(time_t)o.hold, (long)((o.hold - (double)(time_t)o.hold) * 1e9)};
-        while (!got_signal && nanosleep(&ts, &ts) == -1 && errno == EINTR)
-            ;
-    }
-    for (unsigned long long i = 0; i < nchunks; i++)
-        if (chunks[i].p)
-            free_one(chunks[i].p);
-    free(chunks);
-    api.DevicePrimaryCtxRelease(dev);
+    hold_then_free();
     return 0;
 }

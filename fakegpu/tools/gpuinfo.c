@@ -63,6 +63,87 @@ static void processes(nvmlDevice_t d, unsigned idx, int *first) {
     }
 }
 
+/* The MIG instances of a GPU in MIG mode. */
+static void migs(nvmlDevice_t d, int mig) {
+    unsigned max = 0;
+    if (mig)
+        nvmlDeviceGetMaxMigDeviceCount(d, &max);
+    int firstm = 1;
+    for (unsigned m = 0; m < max; m++) {
+        nvmlDevice_t md;
+        if (nvmlDeviceGetMigDeviceHandleByIndex(d, m, &md) != NVML_SUCCESS)
+            continue;
+        char mname[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", muuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
+        unsigned gi = 0, ci = 0;
+        unsigned long long mu, mt;
+        nvmlDeviceGetName(md, mname, sizeof mname);
+        nvmlDeviceGetUUID(md, muuid, sizeof muuid);
+        nvmlDeviceGetGpuInstanceId(md, &gi);
+        nvmlDeviceGetComputeInstanceId(md, &ci);
+        memory(md, &mu, &mt);
+        if (json) {
+            printf("%s{\"index\":%u,\"name\":", firstm ? "" : ",", m);
+            jstr(mname);
+            printf(",\"uuid\":");
+            jstr(muuid);
+            printf(",\"gi\":%u,\"ci\":%u,\"memory_used_mib\":%llu,\"memory_total_mib\":%llu}", gi, ci, mu, mt);
+        } else {
+            printf("     MIG %-2u GI %-2u CI %-2u %-40s %-42s %lluMiB / %lluMiB\n", m, gi, ci, mname, muuid, mu, mt);
+        }
+        firstm = 0;
+    }
+}
+
+/* One GPU: its line (or JSON object), its MIG instances and its processes. */
+static void device(unsigned i, nvmlDevice_t d) {
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
+    nvmlDeviceGetName(d, name, sizeof name);
+    nvmlDeviceGetUUID(d, uuid, sizeof uuid);
+    unsigned long long used, total;
+    memory(d, &used, &total);
+    nvmlUtilization_t u;
+    nvmlReturn_t ur = nvmlDeviceGetUtilizationRates(d, &u);
+    unsigned cur = 0, pend = 0;
+    int mig = nvmlDeviceGetMigMode(d, &cur, &pend) == NVML_SUCCESS && cur == NVML_DEVICE_MIG_ENABLE;
+    nvmlReturn_t lost = nvmlDeviceGetMemoryInfo(d, &(nvmlMemory_t){0, 0, 0});
+    if (json) {
+        printf("%s{\"index\":%u,\"name\":", i ? "," : "", i);
+        jstr(name);
+        printf(",\"uuid\":");
+        jstr(uuid);
+        printf(",\"memory_used_mib\":%llu,\"memory_total_mib\":%llu", used, total);
+        if (ur == NVML_SUCCESS)
+            printf(",\"utilization_gpu\":%u", u.gpu);
+        else
+            printf(",\"utilization_gpu\":null");
+        unsigned mhz;
+        if (nvmlDeviceGetClockInfo(d, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
+            printf(",\"sm_clock_mhz\":%u", mhz);
+        if (lost != NVML_SUCCESS) {
+            printf(",\"error\":");
+            jstr(nvmlErrorString(lost));
+        }
+        printf(",\"mig_enabled\":%s,\"mig\":[", mig ? "true" : "false");
+    } else {
+        char util[16] = "N/A";
+        if (ur == NVML_SUCCESS)
+            snprintf(util, sizeof util, "%u%%", u.gpu);
+        char mem[40];
+        snprintf(mem, sizeof mem, "%lluMiB / %lluMiB", used, total);
+        printf("%-4u %-28s %-42s %-22s %s%s%s\n", i, name, uuid, mem, util, lost != NVML_SUCCESS ? "  " : "",
+               lost != NVML_SUCCESS ? nvmlErrorString(lost) : "");
+    }
+    migs(d, mig);
+    if (json)
+        printf("],\"processes\":[");
+    int firstp = 1;
+    if (!json)
+        printf("  Processes:%s\n", "");
+    processes(d, i, &firstp);
+    if (json)
+        printf("]}");
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -97,82 +178,11 @@ int main(int argc, char **argv) {
     }
     for (unsigned i = 0; i < n; i++) {
         nvmlDevice_t d;
-        char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
         if ((r = nvmlDeviceGetHandleByIndex(i, &d)) != NVML_SUCCESS) {
             fprintf(stderr, "gpuinfo: device %u: %s\n", i, nvmlErrorString(r));
             continue;
         }
-        nvmlDeviceGetName(d, name, sizeof name);
-        nvmlDeviceGetUUID(d, uuid, sizeof uuid);
-        unsigned long long used, total;
-        memory(d, &used, &total);
-        nvmlUtilization_t u;
-        nvmlReturn_t ur = nvmlDeviceGetUtilizationRates(d, &u);
-        unsigned cur = 0, pend = 0;
-        int mig = nvmlDeviceGetMigMode(d, &cur, &pend) == NVML_SUCCESS && cur == NVML_DEVICE_MIG_ENABLE;
-        nvmlReturn_t lost = nvmlDeviceGetMemoryInfo(d, &(nvmlMemory_t){0, 0, 0});
-        if (json) {
-            printf("%s{\"index\":%u,\"name\":", i ? "," : "", i);
-            jstr(name);
-            printf(",\"uuid\":");
-            jstr(uuid);
-            printf(",\"memory_used_mib\":%llu,\"memory_total_mib\":%llu", used, total);
-            if (ur == NVML_SUCCESS)
-                printf(",\"utilization_gpu\":%u", u.gpu);
-            else
-                printf(",\"utilization_gpu\":null");
-            unsigned mhz;
-            if (nvmlDeviceGetClockInfo(d, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
-                printf(",\"sm_clock_mhz\":%u", mhz);
-            if (lost != NVML_SUCCESS) {
-                printf(",\"error\":");
-                jstr(nvmlErrorString(lost));
-            }
-            printf(",\"mig_enabled\":%s,\"mig\":[", mig ? "true" : "false");
-        } else {
-            char util[16] = "N/A";
-            if (ur == NVML_SUCCESS)
-                snprintf(util, sizeof util, "%u%%", u.gpu);
-            char mem[40];
-            snprintf(mem, sizeof mem, "%lluMiB / %lluMiB", used, total);
-            printf("%-4u %-28s %-42s %-22s %s%s%s\n", i, name, uuid, mem, util, lost != NVML_SUCCESS ? "  " : "",
-                   lost != NVML_SUCCESS ? nvmlErrorString(lost) : "");
-        }
-        unsigned max = 0;
-        if (mig)
-            nvmlDeviceGetMaxMigDeviceCount(d, &max);
-        int firstm = 1;
-        for (unsigned m = 0; m < max; m++) {
-            nvmlDevice_t md;
-            if (nvmlDeviceGetMigDeviceHandleByIndex(d, m, &md) != NVML_SUCCESS)
-                continue;
-            char mname[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", muuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
-            unsigned gi = 0, ci = 0;
-            unsigned long long mu, mt;
-            nvmlDeviceGetName(md, mname, sizeof mname);
-            nvmlDeviceGetUUID(md, muuid, sizeof muuid);
-            nvmlDeviceGetGpuInstanceId(md, &gi);
-            nvmlDeviceGetComputeInstanceId(md, &ci);
-            memory(md, &mu, &mt);
-            if (json) {
-                printf("%s{\"index\":%u,\"name\":", firstm ? "" : ",", m);
-                jstr(mname);
-                printf(",\"uuid\":");
-                jstr(muuid);
-                printf(",\"gi\":%u,\"ci\":%u,\"memory_used_mib\":%llu,\"memory_total_mib\":%llu}", gi, ci, mu, mt);
-            } else {
-                printf("     MIG %-2u GI %-2u CI %-2u %-40s %-42s %lluMiB / %lluMiB\n", m, gi, ci, mname, muuid, mu, mt);
-            }
-            firstm = 0;
-        }
-        if (json)
-            printf("],\"processes\":[");
-        int firstp = 1;
-        if (!json)
-            printf("  Processes:%s\n", "");
-        processes(d, i, &firstp);
-        if (json)
-            printf("]}");
+        device(i, d);
     }
     if (json)
         printf("]}\n");

@@ -15,7 +15,7 @@
 #include "context.h"
 #include "guard.h"
 #include "init.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "reserve.h"
 #include "symbols.h"
@@ -54,9 +54,13 @@ struct table {
 
 #define LB_PTR_BITS 16
 #define LB_ARRAY_BITS 12
-extern struct entry lb_ptr_e[1u << LB_PTR_BITS], lb_array_e[1u << LB_ARRAY_BITS];
-extern _Atomic int lb_full_logged[2];
-extern _Atomic uint32_t lb_table_live[2];
+/* The tables live in charge.c. Declared hidden: -fvisibility=hidden covers definitions only, and
+ * an extern the compiler may not assume is ours is read through the GOT (an instruction more on
+ * every allocation and free). */
+#define LB_TABLES_HIDDEN __attribute__((visibility("hidden")))
+extern LB_TABLES_HIDDEN struct entry lb_ptr_e[1u << LB_PTR_BITS], lb_array_e[1u << LB_ARRAY_BITS];
+extern LB_TABLES_HIDDEN _Atomic int lb_full_logged[2];
+extern LB_TABLES_HIDDEN _Atomic uint32_t lb_table_live[2];
 static const struct table g_ptrs = {lb_ptr_e, LB_PTR_BITS, "device pointers", &lb_full_logged[0], &lb_table_live[0]};
 static const struct table g_arrays = {lb_array_e, LB_ARRAY_BITS, "CUDA arrays", &lb_full_logged[1], &lb_table_live[1]};
 
@@ -158,7 +162,7 @@ struct charge {
  * wrapper's return address, is in the driver); -1: a call made while this thread is inside one of
  * our hooks by anything but the driver — a signal handler — which the allocation paths refuse
  * (guard.h). */
-extern _Atomic int lb_mem_stale;
+extern LB_TABLES_HIDDEN _Atomic int lb_mem_stale;
 void lb_mem_clear_stale(void) __attribute__((noinline, cold));
 void lb_log_reentered(const char *api) __attribute__((noinline, cold));
 void lb_log_refusal(const char *api, int dev, uint64_t bytes) __attribute__((noinline, cold));
@@ -281,9 +285,5 @@ LB_HOT CUresult uncharge_settle(const struct charge *c, const struct table *t, u
     return r;
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 #endif

@@ -1,14 +1,13 @@
-/* Context hooks: they keep the per-thread device cache of context.h right, release what a
- * destroyed context held, and have every context beyond a process's first on a GPU charged
- * (ctxcount.c). */
+/* Context hooks: they keep the per-thread device cache of context.h right, tell the modules that
+ * keep something per context when one is destroyed (ctxgone.h: the modules register themselves),
+ * and have every context beyond a process's first on a GPU charged (ctxcount.c). */
 #include "context.h"
 
 #include "ctxcount.h"
+#include "ctxgone.h"
 #include "limitbed/region.h"
 #include "devmap.h"
-#include "graph.h"
 #include "guard.h"
-#include "memory.h"
 #include "reserve.h"
 #include "symbols.h"
 
@@ -17,16 +16,26 @@
 #define MAX_ORD 256
 static _Atomic uintptr_t g_primary[MAX_ORD];
 
+/* What each module does when a context dies, by slot; written by constructors only (before any
+ * thread of the process can call a hook), read afterwards. A slot nobody registered releases
+ * nothing: the process stays charged for it (never under-counted). */
+static lb_ctx_gone_fn g_gone[LB_CTX_GONE_SLOTS];
+
+void lb_ctx_on_gone(enum lb_ctx_gone_slot slot, lb_ctx_gone_fn fn)
+{
+    if ((unsigned)slot < LB_CTX_GONE_SLOTS)
+        g_gone[slot] = fn;
+}
+
 /* The driver freed everything ctx owned: so do we (allocations, and what pools and graph
  * memory gave back with it). */
 static void ctx_gone(uintptr_t ctx)
 {
     if (!ctx)
         return;
-    lb_memory_ctx_gone(ctx);
-    lb_graph_ctx_gone(ctx);
-    lb_ctxlimit_gone(ctx);
-    lb_modules_ctx_gone(ctx);
+    for (int s = 0; s < LB_CTX_GONE_SLOTS; s++)
+        if (g_gone[s])
+            g_gone[s](ctx);
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_reserve_settle_all(d);
 }
@@ -48,37 +57,7 @@ static void released(CUdevice dev)
     }
 }
 
-_Atomic unsigned long lb_ctx_epoch = 1;
-_Thread_local struct lb_dev_cache lb_tls_dev __attribute__((tls_model("initial-exec")));
 
-int lb_cur_slow(void)
-{
-    /* Snapshot the epoch before asking: a destroy racing with the call then invalidates what we
-     * cache instead of being overwritten by it. */
-    unsigned long epoch = atomic_load_explicit(&lb_ctx_epoch, memory_order_relaxed);
-    CUdevice d;
-    CUcontext c = NULL;
-    __typeof__(&cuCtxGetDevice) f = LB_REAL(cuCtxGetDevice);
-    __typeof__(&cuCtxGetCurrent) g = LB_REAL(cuCtxGetCurrent);
-    if (!f || f(&d) != CUDA_SUCCESS || d < 0)
-        return -1; /* no current context: not cached, the driver will refuse the call itself */
-    if (g)
-        (void)g(&c);
-    int phys = lb_phys_index(d);
-    lb_tls_dev.ord = d;
-    lb_tls_dev.phys = phys < LB_REGION_MAX_DEVICES ? phys : -1;
-    lb_tls_dev.ctx = (uintptr_t)c;
-    /* An unknown GPU is asked again next time (its allocations are refused meanwhile); so is an
-     * ordinal past the launch gates' arrays (gate.h's fast path trusts a valid cache to index them,
-     * and the slow path passes such an ordinal's launches through: lb_cur_device). */
-    lb_tls_dev.epoch = phys >= 0 && d < LB_CTX_MAX_ORD ? epoch : 0;
-    return 0;
-}
-
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 /* The cache is dropped after the call: whatever the driver did (even on an error), the next
  * allocation asks it again. */

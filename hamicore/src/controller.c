@@ -156,6 +156,93 @@ static void calibration_step(int d, struct lb_bucket *b, int u, uint64_t units, 
              (unsigned long long)units, (long long)(b->full * 1e6), (long long)b->clk_full);
 }
 
+/* After an unthrottled calibration run the readings say nothing of the throttled launches until
+ * the launch queue that run filled has drained: 1 while they are still to be ignored. */
+static int still_blind(int d, struct lb_bucket *b, const struct lb_sensors *sn)
+{
+    if (!b->blind)
+        return 0;
+    /* The launch queue the unthrottled run filled (up to ~1 s of work) drains at 1 - T of
+     * the GPU: the readings stay at 100 % until it has, and hold it for a window after.
+     * Meanwhile they say nothing of the throttled launches: keep the rate at T / F. */
+    if (b->drained || (sn->now_ns() >= b->drain_from && sn->device_util(d) < 99))
+        b->drained++;
+    if (++b->blind < BLIND_MAX && b->drained <= LB_CTL_WINDOW)
+        return 1;
+    b->blind = 0;
+    return 0;
+}
+
+/* The switch is off: only measure the cost of a unit, and the rate that would hold T with it. The
+ * throttled episode's ramp and integral start when the switch comes on. */
+static void measure_only(struct lb_bucket *b, double t, int u, int u_min, uint64_t units)
+{
+    if (u >= u_min && units > 0) {
+        double c = (double)u / (double)units;
+        b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
+        b->full = b->cost, b->clk_full = b->clk; /* unthrottled: the full-load cost, and its clock */
+        set_rate(b, t, b->cost);
+    }
+    b->steps = LB_CTL_WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
+}
+
+/* The time share that holds the work share w at T: T corrected by the integral, over the work
+ * factor s. The integral starts after the ramp (2 s: the limit is specified from there on, and
+ * paying back the ramp's overshoot would only move the error into the next seconds); it counts a
+ * shortfall only while launches were held back, so an idle or lightly loaded process does not
+ * save up a burst. */
+static double time_share(struct lb_bucket *b, double t, double s, double w, int hungry)
+{
+    if (++b->steps > INTEGRAL_AFTER && (hungry || w > t)) {
+        /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
+         * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
+        double dmax = t * TAU_S * INTEGRAL_SHARE;
+        b->deficit += (t - w) * PERIOD_S;
+        if (b->deficit > dmax)
+            b->deficit = dmax;
+        if (b->deficit < -dmax)
+            b->deficit = -dmax;
+    }
+    double te = (t + b->deficit / TAU_S) / s;
+    return te > 100 ? 100 : te;
+}
+
+/* The next rate, from the time share te, the reading u and the units launched in the window. */
+static int64_t next_rate(int d, struct lb_bucket *b, double te, int u, int u_min, uint64_t units, int hungry,
+                         const struct lb_sensors *sn)
+{
+    int64_t rate = atomic_load(&b->rate), next = rate;
+    /* Up by at most x2 per step while ramping (the first window), x1.5 afterwards: work that has
+     * not shown in U yet (queued behind other processes') must not make the rate run away. */
+    double up = b->steps <= LB_CTL_WINDOW ? 2 : 1.5;
+    if (u < u_min || units == 0) {
+        /* Held back, but too little to show yet: up, unless the device is saturated, when the
+         * work launched is queued behind another's (a neighbour's calibration, or a flood) and
+         * shows nothing of what it would cost: a ramp then piles up seconds of work. */
+        if (units > 0 && (hungry || u == 0) && sn->device_util(d) < 95)
+            next = (int64_t)((double)rate * up);
+        return next;
+    }
+    /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
+     * kernels varies, the cost of the workload much less. */
+    double c = (double)u / (double)units;
+    int ramp = b->steps <= INTEGRAL_AFTER;
+    b->cost = b->cost > 0 ? b->cost + (ramp ? RAMP_COST_GAIN : COST_GAIN) * (c - b->cost) : c;
+    /* Down at once on the dearer of the two estimates (near saturation a late reading
+     * means queued work: never wait for it), up half-way and bounded. The integral removes
+     * the bias this asymmetry leaves. During the ramp an upward step follows the latest
+     * reading: the smoothed cost still remembers the first, coarse readings of the start
+     * and would hold the rate low for a second or more (lab notes). */
+    double dear = c > b->cost ? c : b->cost;
+    double target = te / dear;
+    if (ramp && hungry && te / c > (double)rate)
+        target = te / c;
+    if (target < (double)rate)
+        return (int64_t)target;
+    double half = ((double)rate + target) / 2;
+    return (int64_t)(half < (double)rate * up ? half : (double)rate * up);
+}
+
 void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
 {
     uint64_t launched = atomic_load(&b->launched);
@@ -183,83 +270,19 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
         calibration_step(d, b, u, units, calib, mhz, sn);
         return;
     }
-    if (b->blind) {
-        /* The launch queue the unthrottled run filled (up to ~1 s of work) drains at 1 - T of
-         * the GPU: the readings stay at 100 % until it has, and hold it for a window after.
-         * Meanwhile they say nothing of the throttled launches: keep the rate at T / F. */
-        if (b->drained || (sn->now_ns() >= b->drain_from && sn->device_util(d) < 99))
-            b->drained++;
-        if (++b->blind < BLIND_MAX && b->drained <= LB_CTL_WINDOW)
-            return;
-        b->blind = 0;
-    }
+    if (still_blind(d, b, sn))
+        return;
     /* NVML's utilisation is a whole percent: a reading of 1 may stand for 0.1 % or 1.4 %, so the
      * cost of a unit taken from a reading that small can be off by ten times (lab notes). Below
      * u_min a reading only says "too little to show yet". */
     int u_min = b->limit >= 6 ? 3 : 1;
     if (sn->switched_off()) {
-        /* Only measure: the cost of a unit, and the rate that would hold T with it. The
-         * throttled episode's ramp and integral start when the switch comes on. */
-        if (u >= u_min && units > 0) {
-            double c = (double)u / (double)units;
-            b->cost = b->cost > 0 ? b->cost + COST_GAIN * (c - b->cost) : c;
-            b->full = b->cost, b->clk_full = b->clk; /* unthrottled: the full-load cost, and its clock */
-            set_rate(b, t, b->cost);
-        }
-        b->steps = LB_CTL_WINDOW, b->deficit = 0; /* past the blind ramp: the cost is known */
+        measure_only(b, t, u, u_min, units);
         return;
     }
-    /* The integral starts after the ramp (2 s: the limit is specified from there on, and paying
-     * back the ramp's overshoot would only move the error into the next seconds); it counts a
-     * shortfall only while launches were held back, so an idle or lightly loaded process does
-     * not save up a burst. */
     double s = work_factor(d, b), w = u * s; /* the work share */
-    if (++b->steps > INTEGRAL_AFTER && (hungry || w > t)) {
-        /* The correction stays within +-INTEGRAL_SHARE of T: enough for any bias of the ratio
-         * step, small enough that a lag-induced overshoot is not paid back by a long starvation. */
-        double dmax = t * TAU_S * INTEGRAL_SHARE;
-        b->deficit += (t - w) * PERIOD_S;
-        if (b->deficit > dmax)
-            b->deficit = dmax;
-        if (b->deficit < -dmax)
-            b->deficit = -dmax;
-    }
-    double te = (t + b->deficit / TAU_S) / s; /* the time share that does it */
-    if (te > 100)
-        te = 100;
-    int64_t rate = atomic_load(&b->rate), next = rate;
-    /* Up by at most x2 per step while ramping (the first window), x1.5 afterwards: work that has
-     * not shown in U yet (queued behind other processes') must not make the rate run away. */
-    double up = b->steps <= LB_CTL_WINDOW ? 2 : 1.5;
-    if (u < u_min || units == 0) {
-        /* Held back, but too little to show yet: up, unless the device is saturated, when the
-         * work launched is queued behind another's (a neighbour's calibration, or a flood) and
-         * shows nothing of what it would cost: a ramp then piles up seconds of work. */
-        if (units > 0 && (hungry || u == 0) && sn->device_util(d) < 95)
-            next = (int64_t)((double)rate * up);
-    } else {
-        /* What a unit/s costs in percent, smoothed over ~1 s of steps: a window's mix of
-         * kernels varies, the cost of the workload much less. */
-        double c = (double)u / (double)units;
-        int ramp = b->steps <= INTEGRAL_AFTER;
-        b->cost = b->cost > 0 ? b->cost + (ramp ? RAMP_COST_GAIN : COST_GAIN) * (c - b->cost) : c;
-        /* Down at once on the dearer of the two estimates (near saturation a late reading
-         * means queued work: never wait for it), up half-way and bounded. The integral removes
-         * the bias this asymmetry leaves. During the ramp an upward step follows the latest
-         * reading: the smoothed cost still remembers the first, coarse readings of the start
-         * and would hold the rate low for a second or more (lab notes). */
-        double dear = c > b->cost ? c : b->cost;
-        double target = te / dear;
-        if (ramp && hungry && te / c > (double)rate)
-            target = te / c;
-        if (target < (double)rate) {
-            next = (int64_t)target;
-        } else {
-            double half = ((double)rate + target) / 2;
-            next = (int64_t)(half < (double)rate * up ? half : (double)rate * up);
-        }
-    }
-    next = store_rate(b, next);
+    double te = time_share(b, t, s, w, hungry);
+    int64_t next = store_rate(b, next_rate(d, b, te, u, u_min, units, hungry, sn));
     if (b->full > 0 && b->cost > 0 && b->steps > INTEGRAL_AFTER)
         atomic_store_explicit(&lb_region->work_factor[d], (uint32_t)(s * 1000 + 0.5), memory_order_relaxed);
     /* Once a second at the debug level: what the loop saw and did, for tuning on a real GPU. */

@@ -19,7 +19,6 @@
 #include "guard.h"
 #include "init.h"
 #include "log.h"
-#include "memory.h"
 #include "region.h"
 #include "symbols.h"
 

@@ -14,11 +14,12 @@
 #include <string.h>
 
 #include "context.h"
+#include "ctxgone.h"
 #include "devmap.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "symbols.h"
 
@@ -148,7 +149,7 @@ LB_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     return r;
 }
 
-void lb_ctxlimit_gone(uintptr_t ctx)
+static void ctxlimit_gone(uintptr_t ctx)
 {
     lb_lock(&g_mu);
     for (int i = 0; i < MAX_CTX; i++)
@@ -159,3 +160,4 @@ void lb_ctxlimit_gone(uintptr_t ctx)
         }
     lb_unlock(&g_mu);
 }
+static void __attribute__((constructor)) ctxlimit_gone_register(void) { lb_ctx_on_gone(LB_CTX_GONE_LIMITS, ctxlimit_gone); }

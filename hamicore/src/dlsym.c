@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 
 #include "guard.h"
+#include "procaddr.h"
 #include "symbols.h"
 
 #define LB_NOSAN __attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined))

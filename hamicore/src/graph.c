@@ -25,12 +25,13 @@
 #include <sys/mman.h>
 
 #include "context.h"
+#include "ctxgone.h"
 #include "devmap.h"
 #include "graph.h"
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "reserve.h"
 #include "symbols.h"
@@ -250,7 +251,7 @@ void lb_graph_ptr_freed(CUdeviceptr p)
     lb_unlock(&g_mu);
 }
 
-void lb_graph_ctx_gone(uintptr_t ctx)
+static void graph_ctx_gone(uintptr_t ctx)
 {
     lb_lock(&g_mu);
     for (int i = 0; i < g_nlive;)
@@ -260,6 +261,7 @@ void lb_graph_ctx_gone(uintptr_t ctx)
             i++;
     lb_unlock(&g_mu);
 }
+static void __attribute__((constructor)) graph_ctx_gone_register(void) { lb_ctx_on_gone(LB_CTX_GONE_GRAPH, graph_ctx_gone); }
 
 /* Bytes of graph allocations live outside their graphs on dev; UINT64_MAX: not known. */
 static uint64_t live_bytes(const struct exec_rec *e)
@@ -286,10 +288,6 @@ static int lookup(CUgraphExec x, struct exec_rec *out, int drop)
     return found;
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 static CUresult refuse_exec(CUgraphExec x, CUresult why)
 {

@@ -9,7 +9,5 @@
 
 /* A pointer the memory hooks did not know was freed: maybe a graph allocation. */
 void lb_graph_ptr_freed(CUdeviceptr p);
-/* The context is gone, and the driver freed the graph allocations made in it. */
-void lb_graph_ctx_gone(uintptr_t ctx);
 
 #endif

@@ -13,13 +13,12 @@
 #include <pthread.h>
 
 #include "config.h"
-#include "context.h"
+#include "gate.h"
 #include "limiter.h"
 #include "log.h"
 #include "region.h"
 
 _Atomic int lb_state = LB_STATE_UNINIT;
-_Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
 
 /* fork: each module registers its own handlers (memory, vmm, graph, reserve, region); these
  * are the initialisation's. A fork while another thread initialises waits for it (prepare), so
@@ -32,10 +31,11 @@ static void fork_child(void)
 {
     pthread_mutex_unlock(&g_init_mu);
     /* The child is a new process: it must not charge the parent's slot. Only flags are touched
-     * here; the new slot is claimed lazily. */
-    lb_ctx_changed_all();
-    if (atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE)
+     * here (the device cache drops itself: ctxcache.c); the new slot is claimed lazily. */
+    if (atomic_load_explicit(&lb_state, memory_order_acquire) == LB_STATE_ENFORCE) {
         lb_limiter_after_fork();
+        lb_gate_after_fork();
+    }
 }
 
 /* Registration only, when the library is loaded: no work in a constructor. After every other
@@ -54,6 +54,7 @@ static void init_once(void)
     /* No opt-out here: CUDA_DISABLE_CONTROL is the device plugin's (it leaves out the preload). */
     lb_region_init(&lb_cfg);
     lb_limiter_init();
+    lb_gate_init(); /* after the pacing: it knows whether any device is paced (lb_launch_limited) */
     lb_guard_leave();
     atomic_store_explicit(&lb_state, LB_STATE_ENFORCE, memory_order_release);
 }

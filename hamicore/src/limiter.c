@@ -18,7 +18,6 @@
 #include "config.h"
 #include "controller.h"
 #include "devmap.h"
-#include "gate.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"
@@ -44,7 +43,6 @@ void lb_limiter_init(void)
     for (int d = 0; lb_region && lb_cfg.policy != LB_POLICY_DISABLE && d < LB_REGION_MAX_DEVICES; d++)
         if (limited(lb_region->sm_limit[d])) /* the region's: first writer wins, as for memory */
             lb_launch_limited = 1;
-    lb_gate_init();
 }
 
 /* The strictest compute limit of the region: what an ordinal whose GPU cannot be told gets. */
@@ -110,7 +108,6 @@ void lb_limiter_after_fork(void)
     lb_ctl_forget_calibration();
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_ctl_after_fork(&g_b[d]);
-    lb_gate_after_fork();
 }
 
 static void refill(struct lb_bucket *b)

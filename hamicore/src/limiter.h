@@ -15,7 +15,7 @@
  * (no watcher thread either). */
 extern int lb_launch_limited;
 
-/* At initialization: the pacing's buckets, then the gate (it maps the scheduler's files). */
+/* At initialization: the pacing's buckets (init.c starts the gate after them: gate.h). */
 void lb_limiter_init(void);
 void lb_limiter_after_fork(void);
 /* Resolves every CUDA ordinal's limit from its physical GPU's (devmap.h), once, at the first

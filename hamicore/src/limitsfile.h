@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "limitbed/region.h"
+#include "loglevel.h"
 
 #define LB_MAX_DEVICES LB_REGION_MAX_DEVICES
 #define LB_LINE_MAX 4096   /* longest accepted line INCLUDING its LF (docs/limits-file.md) */
@@ -30,8 +31,6 @@
 #define LB_MSG_MAX 200
 #define LB_DEFAULT_CACHE "/tmp/cudevshr.cache"
 
-enum lb_level { LB_LOG_SILENT = 0, LB_LOG_ERROR = 1, LB_LOG_WARN = 2, LB_LOG_INFO = 3, LB_LOG_DEBUG = 4 };
-#define LB_LOG_DEFAULT LB_LOG_WARN
 
 enum lb_source { LB_SRC_NONE = 0, LB_SRC_FILE = 1, LB_SRC_ENV = 2, LB_SRC_DEFAULT = 3 };
 
@@ -144,7 +143,8 @@ int lb_parse_memory(const char *s, size_t n, uint64_t *out);
 /* HAMi-core v2.10's parser (base-0 strtoul, last character as suffix, 0 on overflow). */
 uint64_t lb_parse_memory_legacy(const char *s);
 
-/* The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
+/* limitsfile_canonical.c, built into the unit tests and the fuzzer only (not libvgpu.so).
+ * The accepted variables of a file as sorted KEY=VALUE lines, memory values in bytes (the
  * parsed.env form of testdata/limits). Returns the length (truncated to size-1). */
 size_t lb_file_vars_canonical(const struct lb_file_vars *fv, char *buf, size_t size);
 /* The resolved configuration in the resolved.env form of testdata/limits. */

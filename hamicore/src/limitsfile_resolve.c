@@ -135,35 +135,39 @@ static int parse_bool(const char *s, uint8_t *out)
     return -1;
 }
 
-void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int legacy, struct lb_config *cfg,
-                struct lb_diags *dg)
-{
-    /* Static scratch would break purity and thread-safety; one value buffer on the stack (4 KiB). */
+/* One resolution's inputs and scratch: the file's variables (NULL: the environment only), the
+ * environment, where diagnostics go, and one value buffer on the stack (static scratch would break
+ * purity and thread-safety). */
+struct resolver {
+    const struct lb_file_vars *fv;
+    lb_getenv_fn env;
+    void *ctx;
+    int legacy;
+    struct lb_diags *dg;
+    const char *origin;
     struct src_val v;
     char nb[64], sb[128];
-    const char *origin = "/overrideEnv";
-    if (legacy)
-        fv = NULL; /* v2.10 reads the environment here; its file is applied later (NVML init) */
+};
 
-    memset(cfg, 0, sizeof *cfg);
-
+static void resolve_memory(struct resolver *r, struct lb_config *cfg)
+{
     /* Memory: a per-device value > 0 wins, else the global one; "0"/"0m" means no limit. A value
      * rejected everywhere refuses allocations on that device (limit 0) instead of lifting the cap. */
     uint64_t gbytes = 0;
     uint8_t gsrc = LB_SRC_NONE;
-    int gstate = mem_var(fv, env, ctx, LB_VAR_MEM, legacy, &gbytes, &gsrc, dg, &v);
+    int gstate = mem_var(r->fv, r->env, r->ctx, LB_VAR_MEM, r->legacy, &gbytes, &gsrc, r->dg, &r->v);
     for (int i = 0; i < LB_MAX_DEVICES; i++) {
         uint64_t b = 0;
         uint8_t s = LB_SRC_NONE;
-        int st = mem_var(fv, env, ctx, LB_VAR_MEM_DEV0 + i, legacy, &b, &s, dg, &v);
+        int st = mem_var(r->fv, r->env, r->ctx, LB_VAR_MEM_DEV0 + i, r->legacy, &b, &s, r->dg, &r->v);
         if (st == 1 && b > 0) {
             cfg->mem_limit[i] = b;
             cfg->mem_src[i] = s;
         } else if (st == 2) {
             cfg->mem_limit[i] = 0;
             cfg->mem_src[i] = LB_SRC_NONE;
-            lb_diag_add(dg, LB_LOG_ERROR, 0, 0, "%s has no valid value; device %d refuses every allocation",
-                        lb_var_name(LB_VAR_MEM_DEV0 + i, nb, sizeof nb), i);
+            lb_diag_add(r->dg, LB_LOG_ERROR, 0, 0, "%s has no valid value; device %d refuses every allocation",
+                        lb_var_name(LB_VAR_MEM_DEV0 + i, r->nb, sizeof r->nb), i);
         } else if (gstate == 1 && gbytes > 0) {
             cfg->mem_limit[i] = gbytes;
             cfg->mem_src[i] = gsrc;
@@ -176,21 +180,25 @@ void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int 
         }
     }
     if (gstate == 2)
-        lb_diag_add(dg, LB_LOG_ERROR, 0, 0,
+        lb_diag_add(r->dg, LB_LOG_ERROR, 0, 0,
                     "CUDA_DEVICE_MEMORY_LIMIT has no valid value; devices without their own limit refuse every allocation");
+}
 
+static void resolve_sm(struct resolver *r, struct lb_config *cfg)
+{
     /* SM limit: percent 0..100, 0 = 100 = no compute limit. */
     uint32_t gsm = 100;
     for (int var = LB_VAR_SM; var < LB_VAR_SM_DEV0 + LB_MAX_DEVICES; var++) {
         uint32_t pct = 0;
-        if (!get_val(fv, env, ctx, var, &v))
+        if (!get_val(r->fv, r->env, r->ctx, var, &r->v))
             pct = var == LB_VAR_SM ? 100 : gsm;
-        else if (legacy) {
-            uint64_t x = lb_parse_memory_legacy(v.s);
+        else if (r->legacy) {
+            uint64_t x = lb_parse_memory_legacy(r->v.s);
             pct = x == 0 || x > 100 ? 100 : (uint32_t)x;
-        } else if (parse_uint(v.s, 100, &pct) != 0) {
-            lb_diag_add(dg, LB_LOG_ERROR, v.line, 0, "%s=%s from %s is not a percentage 0..100; no compute limit",
-                        lb_var_name(var, nb, sizeof nb), v.s, src_name(&v, origin, sb, sizeof sb));
+        } else if (parse_uint(r->v.s, 100, &pct) != 0) {
+            lb_diag_add(r->dg, LB_LOG_ERROR, r->v.line, 0, "%s=%s from %s is not a percentage 0..100; no compute limit",
+                        lb_var_name(var, r->nb, sizeof r->nb), r->v.s,
+                        src_name(&r->v, r->origin, r->sb, sizeof r->sb));
             pct = 100;
         }
         if (pct == 0)
@@ -200,83 +208,104 @@ void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int 
         else
             cfg->sm_limit[var - LB_VAR_SM_DEV0] = pct;
     }
+}
 
-    if (get_val(fv, env, ctx, LB_VAR_CACHE, &v) && v.s[0]) {
-        memcpy(cfg->cache_path, v.s, strlen(v.s) + 1);
-        cfg->cache_src = v.src;
-        if (v.s[0] != '/')
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s from %s is a relative path",
-                        v.s, src_name(&v, origin, sb, sizeof sb));
+/* The shared cache, oversubscription, the compute policy and the task priority. */
+static void resolve_sharing(struct resolver *r, struct lb_config *cfg)
+{
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_CACHE, &r->v) && r->v.s[0]) {
+        memcpy(cfg->cache_path, r->v.s, strlen(r->v.s) + 1);
+        cfg->cache_src = r->v.src;
+        if (r->v.s[0] != '/')
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s from %s is a relative path",
+                        r->v.s, src_name(&r->v, r->origin, r->sb, sizeof r->sb));
     } else {
         memcpy(cfg->cache_path, LB_DEFAULT_CACHE, sizeof LB_DEFAULT_CACHE);
         cfg->cache_src = LB_SRC_DEFAULT;
     }
 
-    if (get_val(fv, env, ctx, LB_VAR_OVERSUBSCRIBE, &v) && parse_bool(v.s, &cfg->oversubscribe) != 0)
-        lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "CUDA_OVERSUBSCRIBE=%s from %s is not true/false; using false", v.s,
-                    src_name(&v, origin, sb, sizeof sb));
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_OVERSUBSCRIBE, &r->v) && parse_bool(r->v.s, &cfg->oversubscribe) != 0)
+        lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "CUDA_OVERSUBSCRIBE=%s from %s is not true/false; using false", r->v.s,
+                    src_name(&r->v, r->origin, r->sb, sizeof r->sb));
 
     cfg->policy = LB_POLICY_DEFAULT;
-    if (get_val(fv, env, ctx, LB_VAR_POLICY, &v)) {
-        if (!strcmp(v.s, "force") || !strcmp(v.s, "FORCE"))
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_POLICY, &r->v)) {
+        if (!strcmp(r->v.s, "force") || !strcmp(r->v.s, "FORCE"))
             cfg->policy = LB_POLICY_FORCE;
-        else if (!strcmp(v.s, "disable") || !strcmp(v.s, "DISABLE"))
+        else if (!strcmp(r->v.s, "disable") || !strcmp(r->v.s, "DISABLE"))
             cfg->policy = LB_POLICY_DISABLE;
-        else if (strcmp(v.s, "default") && strcmp(v.s, "DEFAULT") && v.s[0])
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0,
-                        "GPU_CORE_UTILIZATION_POLICY=%s from %s is not force/disable/default; using default", v.s,
-                        src_name(&v, origin, sb, sizeof sb));
+        else if (strcmp(r->v.s, "default") && strcmp(r->v.s, "DEFAULT") && r->v.s[0])
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0,
+                        "GPU_CORE_UTILIZATION_POLICY=%s from %s is not force/disable/default; using default", r->v.s,
+                        src_name(&r->v, r->origin, r->sb, sizeof r->sb));
     }
 
     cfg->priority = 1;
-    if (get_val(fv, env, ctx, LB_VAR_PRIORITY, &v)) {
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_PRIORITY, &r->v)) {
         uint32_t p;
-        const char *s = v.s[0] == '-' ? v.s + 1 : v.s;
+        const char *s = r->v.s[0] == '-' ? r->v.s + 1 : r->v.s;
         if (parse_uint(s, 1000000, &p) == 0)
-            cfg->priority = v.s[0] == '-' ? -(int32_t)p : (int32_t)p;
+            cfg->priority = r->v.s[0] == '-' ? -(int32_t)p : (int32_t)p;
         else
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "CUDA_TASK_PRIORITY=%s from %s is not an integer; using 1", v.s,
-                        src_name(&v, origin, sb, sizeof sb));
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "CUDA_TASK_PRIORITY=%s from %s is not an integer; using 1", r->v.s,
+                        src_name(&r->v, r->origin, r->sb, sizeof r->sb));
     }
+}
 
+/* The log level, the host-PID broker, what is read elsewhere or not at all, and the format. */
+static void resolve_rest(struct resolver *r, struct lb_config *cfg)
+{
     cfg->log_level = LB_LOG_DEFAULT;
-    if (get_val(fv, env, ctx, LB_VAR_LOG_LEVEL, &v)) {
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_LOG_LEVEL, &r->v)) {
         uint32_t lv;
-        if (parse_uint(v.s, 1000, &lv) == 0)
+        if (parse_uint(r->v.s, 1000, &lv) == 0)
             cfg->log_level = (int8_t)(lv > LB_LOG_DEBUG ? LB_LOG_DEBUG : lv);
         else
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "LIBCUDA_LOG_LEVEL=%s from %s is not 0..4; using %d", v.s,
-                        src_name(&v, origin, sb, sizeof sb), LB_LOG_DEFAULT);
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "LIBCUDA_LOG_LEVEL=%s from %s is not 0..4; using %d", r->v.s,
+                        src_name(&r->v, r->origin, r->sb, sizeof r->sb), LB_LOG_DEFAULT);
     }
 
-    if (get_val(fv, env, ctx, LB_VAR_HOSTPID_BROKER, &v)) {
-        cfg->hostpid_broker = !strcmp(v.s, "1");
-        if (!cfg->hostpid_broker && strcmp(v.s, "0") && v.s[0])
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "LIBVGPU_HOSTPID_BROKER=%s from %s is not 1 or 0; using 0", v.s,
-                        src_name(&v, origin, sb, sizeof sb));
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_HOSTPID_BROKER, &r->v)) {
+        cfg->hostpid_broker = !strcmp(r->v.s, "1");
+        if (!cfg->hostpid_broker && strcmp(r->v.s, "0") && r->v.s[0])
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "LIBVGPU_HOSTPID_BROKER=%s from %s is not 1 or 0; using 0", r->v.s,
+                        src_name(&r->v, r->origin, r->sb, sizeof r->sb));
     }
 
     /* Read by the device plugin from the pod spec (it then leaves out the preload), never here. */
-    if (env && env("CUDA_DISABLE_CONTROL", ctx))
-        lb_diag_add(dg, LB_LOG_INFO, 0, 0,
+    if (r->env && r->env("CUDA_DISABLE_CONTROL", r->ctx))
+        lb_diag_add(r->dg, LB_LOG_INFO, 0, 0,
                     "CUDA_DISABLE_CONTROL is not read by libvgpu (the device plugin reads it from the pod spec); "
                     "limits stay enforced");
-    if (fv)
-        report_ignored_env(fv, env, ctx, dg, &v);
+    if (r->fv)
+        report_ignored_env(r->fv, r->env, r->ctx, r->dg, &r->v);
 
-    if (get_val(fv, env, ctx, LB_VAR_FORMAT, &v)) {
+    if (get_val(r->fv, r->env, r->ctx, LB_VAR_FORMAT, &r->v)) {
         uint32_t f;
-        if (parse_uint(v.s, 1000000, &f) != 0 || f == 0)
-            lb_diag_add(dg, LB_LOG_WARN, v.line, 0, "HAMI_LIMITS_FORMAT=%s from %s is not a format number; read as 1",
-                        v.s, src_name(&v, origin, sb, sizeof sb));
+        if (parse_uint(r->v.s, 1000000, &f) != 0 || f == 0)
+            lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0, "HAMI_LIMITS_FORMAT=%s from %s is not a format number; read as 1",
+                        r->v.s, src_name(&r->v, r->origin, r->sb, sizeof r->sb));
         else {
             cfg->format = f;
             if (f > 1)
-                lb_diag_add(dg, LB_LOG_WARN, v.line, 0,
+                lb_diag_add(r->dg, LB_LOG_WARN, r->v.line, 0,
                             "HAMI_LIMITS_FORMAT=%u from %s is newer than this library (1); read as format 1", f,
-                            src_name(&v, origin, sb, sizeof sb));
+                            src_name(&r->v, r->origin, r->sb, sizeof r->sb));
         }
     }
+}
+
+void lb_resolve(const struct lb_file_vars *fv, lb_getenv_fn env, void *ctx, int legacy, struct lb_config *cfg,
+                struct lb_diags *dg)
+{
+    /* v2.10 reads the environment here; its file is applied later (NVML init) */
+    struct resolver r = {.fv = legacy ? NULL : fv, .env = env, .ctx = ctx, .legacy = legacy, .dg = dg,
+                         .origin = "/overrideEnv"};
+    memset(cfg, 0, sizeof *cfg);
+    resolve_memory(&r, cfg);
+    resolve_sm(&r, cfg);
+    resolve_sharing(&r, cfg);
+    resolve_rest(&r, cfg);
 }
 
 void lb_load(const char *buf, size_t len, const char *origin, lb_getenv_fn env, void *ctx,

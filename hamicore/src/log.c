@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "limitsfile.h"
 
 int lb_log_level = LB_LOG_DEFAULT;
 

@@ -1,6 +1,8 @@
 #ifndef LB_LOG_H
 #define LB_LOG_H
-#include "limitsfile.h"
+#include "loglevel.h"
+
+struct lb_diags; /* limitsfile.h */
 
 /* Current level; LB_LOG_DEFAULT until the configuration is resolved. */
 extern int lb_log_level;

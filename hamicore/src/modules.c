@@ -21,10 +21,10 @@
 #include "limitbed/modglobals.h"
 
 #include "context.h"
+#include "ctxgone.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"
-#include "memory.h"
 #include "region.h"
 #include "symbols.h"
 
@@ -142,7 +142,7 @@ static void unloaded(uintptr_t h)
     lb_unlock(&g_mu);
 }
 
-void lb_modules_ctx_gone(uintptr_t ctx)
+static void modules_ctx_gone(uintptr_t ctx)
 {
     lb_lock(&g_mu);
     for (int i = 0; i < MAX_MODS; i++)
@@ -152,6 +152,7 @@ void lb_modules_ctx_gone(uintptr_t ctx)
         }
     lb_unlock(&g_mu);
 }
+static void __attribute__((constructor)) modules_ctx_gone_register(void) { lb_ctx_on_gone(LB_CTX_GONE_MODULES, modules_ctx_gone); }
 
 #define LOAD(api, image, len, out, call)                                                                            \
     do {                                                                                                            \
@@ -167,10 +168,6 @@ void lb_modules_ctx_gone(uintptr_t ctx)
         return load_end(&l, r, r == CUDA_SUCCESS && (out) ? (uintptr_t) * (out) : 0);                               \
     } while (0)
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 LB_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {

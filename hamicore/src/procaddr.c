@@ -4,9 +4,78 @@
  * requested name/version/flags, then, if it is one of the real entries of our table, hand back
  * our wrapper for that exact versioned symbol (_v2, _v3, _ptsz ... come out right for free).
  * A pointer that is none of them (a driver handing out an internal alias) is matched by the
- * requested name, version and flags instead (hooktable.h). */
+ * requested name, version and flags instead (hooktable.h).
+ *
+ * Our wrapper of each row of hooks.def lives here too, with the lookups through it (this file's
+ * cuGetProcAddress, dlsym.c's dlsym): the one file that names every wrapper, above all of them. */
+#include "procaddr.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "hooktable.h"
 #include "init.h"
+#include "log.h"
 #include "symbols.h"
+
+/* Our wrapper of each row (NULL for LB_NEED rows); names and versions are in hooktable.c. */
+static void *const k_wrapper[LB_SYM_COUNT] = {
+#define LB_HOOK(lib, name, sym, w, since, until, ptds) [LB_ID_##w] = (void *)&w,
+#define LB_NEED(lib, sym) [LB_ID_##sym] = NULL,
+#include "hooks.def"
+#undef LB_HOOK
+#undef LB_NEED
+};
+static _Atomic int g_all_done[2];
+
+static void resolve_lib(int lib)
+{
+    for (int id = 0; id < LB_SYM_COUNT; id++)
+        if (lb_hook_rows[id].lib == lib && !atomic_load_explicit(&lb_real[id], memory_order_relaxed))
+            lb_sym_resolve(id);
+}
+
+void *lb_sym_wrapper_by_name(const char *name)
+{
+    for (int id = 0; id < LB_SYM_COUNT; id++)
+        if (k_wrapper[id] && strcmp(lb_hook_rows[id].symbol, name) == 0)
+            return k_wrapper[id];
+    return NULL;
+}
+
+void *lb_sym_wrap_ptr(int lib, void *p)
+{
+    if (!atomic_load_explicit(&g_all_done[lib], memory_order_acquire)) { /* idempotent: racing is harmless */
+        resolve_lib(lib);
+        atomic_store_explicit(&g_all_done[lib], 1, memory_order_release);
+    }
+    for (int id = 0; id < LB_SYM_COUNT; id++)
+        if (k_wrapper[id] && lb_hook_rows[id].lib == lib && atomic_load_explicit(&lb_real[id], memory_order_relaxed) == p) {
+            LB_DEBUG("cuGetProcAddress: %s -> wrapper of %s", lb_hook_rows[id].name, lb_hook_rows[id].symbol);
+            return k_wrapper[id];
+        }
+    return p;
+}
+
+void *lb_sym_wrap_proc(const char *name, int cudaVersion, cuuint64_t flags, void *p)
+{
+    void *w = lb_sym_wrap_ptr(LB_LIB_CUDA, p);
+    if (w != p || !name)
+        return w;
+    int id = lb_hook_pick(name, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
+    if (id < 0)
+        return p; /* not interposed */
+    if (!atomic_load_explicit(&lb_real[id], memory_order_relaxed)) {
+        /* Our wrapper would call an exported symbol the driver does not have. */
+        LB_WARN("cuGetProcAddress(%s, %d): the driver's entry point is not its exported %s; passed through "
+                "unlimited", name, cudaVersion, lb_hook_rows[id].symbol);
+        return p;
+    }
+    LB_DEBUG("cuGetProcAddress(%s, %d): unknown entry point, matched by name -> wrapper of %s", name, cudaVersion,
+             lb_hook_rows[id].symbol);
+    return k_wrapper[id];
+}
+
 
 LB_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {

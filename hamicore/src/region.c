@@ -36,6 +36,7 @@
 
 #include "fmt.h"
 #include "guard.h"
+#include "limitsfile.h"
 #include "log.h"
 
 struct lb_region_header *lb_region;
@@ -426,6 +427,9 @@ static void own_description(void)
 }
 static void fork_prepare(void) { pthread_mutex_lock(&g_claim_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_claim_lock); }
+#ifdef LB_UNIT_TEST
+/* The child handler's work without the lock the forking thread holds: the unit tests call it in a
+ * child they forked themselves. Not part of libvgpu.so. */
 void lb_region_after_fork(void)
 {
     atomic_store(&lb_region_slot, NULL);
@@ -434,6 +438,7 @@ void lb_region_after_fork(void)
     own_description();
     pthread_mutex_init(&g_claim_lock, NULL);
 }
+#endif
 /* The forking thread holds the claim lock (prepare): in the child it is that thread's to unlock. */
 static void fork_child(void)
 {

@@ -5,7 +5,8 @@
 #include <stdint.h>
 
 #include "limitbed/region.h"
-#include "limitsfile.h"
+
+struct lb_config; /* limitsfile.h */
 
 /* The attached region: the pod's usage.cache, or a private memfd when that cannot be used (the
  * process then enforces its own limits alone). Non-NULL once lb_region_init has run. */
@@ -19,9 +20,11 @@ extern uint64_t lb_own_limit[LB_REGION_MAX_DEVICES];
 extern const char *lb_region_refusal;
 
 void lb_region_init(const struct lb_config *cfg);
+#ifdef LB_UNIT_TEST
 /* What the forked child's atfork handler does (unit tests call it again): no slot until it claims
- * one, and the region mapped from an open file description of its own. */
+ * one, and the region mapped from an open file description of its own. Test build only. */
 void lb_region_after_fork(void);
+#endif
 struct lb_region_slot *lb_region_claim(void);
 /* region_stamp.c: a new region's header (fresh: the file reads as zeros already), and the ERROR
  * for a process whose limits differ from the region's (the lower one applies: region.h). */

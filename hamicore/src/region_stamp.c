@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fmt.h"
+#include "limitsfile.h"
 #include "log.h"
 
 /* fresh: the file was just extended from size 0, so it reads as zeros already; writing them

@@ -105,6 +105,7 @@ int lb_sched_attach(const char *grant_path, const char *report_path)
     return 1;
 }
 
+#ifdef LB_UNIT_TEST
 void lb_sched_detach(void)
 {
     if (lb_grant)
@@ -113,6 +114,7 @@ void lb_sched_detach(void)
         munmap(lb_report, LB_SCHED_FILE_SIZE);
     lb_grant = NULL, lb_report = NULL;
 }
+#endif
 
 int lb_sched_entry(const uint8_t uuid[16])
 {

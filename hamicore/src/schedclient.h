@@ -18,8 +18,10 @@ extern struct lb_sched_report *lb_report;
 /* Maps the grant file read-only and creates/maps the report (libvgpu.so passes the compiled-in
  * LB_SCHED_GRANT_PATH and LB_SCHED_REPORT_PATH; the unit tests their own). 1: scheduled. */
 int lb_sched_attach(const char *grant_path, const char *report_path);
-/* Unmaps both (unit tests). */
+#ifdef LB_UNIT_TEST
+/* Unmaps both (unit tests; not part of libvgpu.so). */
 void lb_sched_detach(void);
+#endif
 
 /* The entry of the GPU with this UUID, -1 if the grant file does not name it. */
 int lb_sched_entry(const uint8_t uuid[16]);

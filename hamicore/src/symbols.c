@@ -15,15 +15,9 @@
 #include "log.h"
 
 _Atomic(void *) lb_real[LB_SYM_COUNT];
+/* guard.h's per-thread guard: defined with the bottom layer every hook uses. */
+_Thread_local int lb_guard __attribute__((tls_model("initial-exec")));
 
-/* Our wrapper of each row (NULL for LB_NEED rows); names and versions are in hooktable.c. */
-static void *const k_wrapper[LB_SYM_COUNT] = {
-#define LB_HOOK(lib, name, sym, w, since, until, ptds) [LB_ID_##w] = (void *)&w,
-#define LB_NEED(lib, sym) [LB_ID_##sym] = NULL,
-#include "hooks.def"
-#undef LB_HOOK
-#undef LB_NEED
-};
 #define k_rows lb_hook_rows
 
 static const char *const k_sonames[2] = {"libcuda.so.1", "libnvidia-ml.so.1"};
@@ -34,7 +28,7 @@ static void *g_handle[2];
  * implementations, e.g. sanitizer runtimes', do not). The CUDA driver may load NVML while it
  * loads: CUDA's mutex comes first. */
 static pthread_mutex_t g_lib_mu[2] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
-static _Atomic int g_lib_done[2], g_all_done[2];
+static _Atomic int g_lib_done[2];
 
 static void fork_prepare(void)
 {
@@ -186,52 +180,4 @@ void *lb_sym_resolve(int id)
     if (p)
         atomic_store_explicit(&lb_real[id], p, memory_order_relaxed);
     return p;
-}
-
-static void resolve_lib(int lib)
-{
-    for (int id = 0; id < LB_SYM_COUNT; id++)
-        if (k_rows[id].lib == lib && !atomic_load_explicit(&lb_real[id], memory_order_relaxed))
-            lb_sym_resolve(id);
-}
-
-void *lb_sym_wrapper_by_name(const char *name)
-{
-    for (int id = 0; id < LB_SYM_COUNT; id++)
-        if (k_wrapper[id] && strcmp(k_rows[id].symbol, name) == 0)
-            return k_wrapper[id];
-    return NULL;
-}
-
-void *lb_sym_wrap_ptr(int lib, void *p)
-{
-    if (!atomic_load_explicit(&g_all_done[lib], memory_order_acquire)) { /* idempotent: racing is harmless */
-        resolve_lib(lib);
-        atomic_store_explicit(&g_all_done[lib], 1, memory_order_release);
-    }
-    for (int id = 0; id < LB_SYM_COUNT; id++)
-        if (k_wrapper[id] && k_rows[id].lib == lib && atomic_load_explicit(&lb_real[id], memory_order_relaxed) == p) {
-            LB_DEBUG("cuGetProcAddress: %s -> wrapper of %s", k_rows[id].name, k_rows[id].symbol);
-            return k_wrapper[id];
-        }
-    return p;
-}
-
-void *lb_sym_wrap_proc(const char *name, int cudaVersion, cuuint64_t flags, void *p)
-{
-    void *w = lb_sym_wrap_ptr(LB_LIB_CUDA, p);
-    if (w != p || !name)
-        return w;
-    int id = lb_hook_pick(name, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
-    if (id < 0)
-        return p; /* not interposed */
-    if (!atomic_load_explicit(&lb_real[id], memory_order_relaxed)) {
-        /* Our wrapper would call an exported symbol the driver does not have. */
-        LB_WARN("cuGetProcAddress(%s, %d): the driver's entry point is not its exported %s; passed through "
-                "unlimited", name, cudaVersion, k_rows[id].symbol);
-        return p;
-    }
-    LB_DEBUG("cuGetProcAddress(%s, %d): unknown entry point, matched by name -> wrapper of %s", name, cudaVersion,
-             k_rows[id].symbol);
-    return k_wrapper[id];
 }

@@ -77,19 +77,16 @@ static inline void *lb_real_get(int id)
 
 /* The real function behind a wrapper (or a LB_NEED symbol), with the wrapper's own type. */
 #define LB_REAL(w) ((__typeof__(&w))lb_real_get(LB_ID_##w))
+/* In a wrapper of w: `real`, the driver's w, or the wrapper returns CUDA_ERROR_NOT_FOUND (the
+ * driver lacks the entry point the application called through us). */
+#define REAL_OR_FAIL(w)                                                                                             \
+    __typeof__(&w) real = LB_REAL(w);                                                                               \
+    if (!real)                                                                                                      \
+        return CUDA_ERROR_NOT_FOUND
 
 /* glibc's dlsym (never our interposed one). */
 typedef void *(*dlsym_fn)(void *, const char *);
 dlsym_fn lb_real_dlsym_fn(void);
 void *lb_real_dlsym(void *handle, const char *name);
-/* Our wrapper for an interposed name, or NULL. */
-void *lb_sym_wrapper_by_name(const char *name);
-/* Our wrapper for a real driver entry point of the table, or p itself. */
-void *lb_sym_wrap_ptr(int lib, void *p);
-/* What cuGetProcAddress(name, cudaVersion, flags) hands back when the driver answered p: the
- * wrapper of the row whose real entry p is; if p is none of them (a driver returning an internal
- * alias), the wrapper of the row the name/version/flags stand for (hooktable.h), provided the
- * driver exports that row's symbol; else p itself. */
-void *lb_sym_wrap_proc(const char *name, int cudaVersion, cuuint64_t flags, void *p);
 
 #endif

@@ -26,7 +26,7 @@
 #include "guard.h"
 #include "init.h"
 #include "log.h"
-#include "memory.h"
+#include "noregion.h"
 #include "region.h"
 #include "symbols.h"
 
@@ -116,10 +116,6 @@ static int enforcing(const void *ra)
     return lb_active();
 }
 
-#define REAL_OR_FAIL(w)                                                                                             \
-    __typeof__(&w) real = LB_REAL(w);                                                                               \
-    if (!real)                                                                                                      \
-        return CUDA_ERROR_NOT_FOUND
 
 static int reserve_on(int dev, uint64_t size, const char *api)
 {

@@ -232,7 +232,8 @@ static void __attribute__((noinline)) launches(unsigned long n, CUfunction fn)
         f.launch(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 }
 
-int main(int argc, char **argv)
+/* The flags into the globals above; 0, or 2 after naming an unknown one. */
+static int parse(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -253,6 +254,58 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--then-mib")) then_mib = strtoul(v, NULL, 10), i++;
         else { fprintf(stderr, "unknown flag %s\n", a); return 2; }
     }
+    return 0;
+}
+
+/* --then-device: the library caches the current device per thread: switching must be seen.
+ * 0, or 1 after the error line. */
+static int then_other_device(void)
+{
+    CUdevice td;
+    CUcontext tc;
+    if (f.device_get(&td, then_device) || f.retain(&tc, td) || f.set_current(tc)) {
+        printf("{\"role\":\"then\",\"error\":\"context of device %d\"}\n", then_device);
+        return 1;
+    }
+    atomic_store(&remaining_mib, then_mib);
+    atomic_store(&granted_mib, 0);
+    atomic_store(&first_err, 0);
+    mib = chunk = then_mib;
+    ctx = tc;
+    worker(NULL);
+    report("then");
+    return 0;
+}
+
+/* --fork-mib: a forked child allocates on its own; the parent waits for it. */
+static void forked_child(void)
+{
+    fflush(NULL);
+    pid_t c = fork();
+    if (c == 0) {
+        /* A forked child is a new process for the driver: it needs its own context. */
+        CUdevice cd;
+        if (f.device_get(&cd, device) || f.retain(&ctx, cd) || f.set_current(ctx)) {
+            printf("{\"role\":\"child\",\"error\":\"child context\"}\n");
+            _exit(1);
+        }
+        nrec = 0;
+        mib = fork_mib;
+        chunk = fork_mib;
+        threads = 1;
+        run(fork_mib);
+        report("child");
+        if (hold > 0)
+            usleep((useconds_t)(hold * 1e6));
+        _exit(0);
+    }
+    waitpid(c, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (parse(argc, argv) != 0)
+        return 2;
     if (threads < 1 || threads > 64)
         threads = 1;
     if (!chunk)
@@ -285,44 +338,10 @@ int main(int argc, char **argv)
     }
     run(mib);
     report("main");
-    if (then_device >= 0) {
-        /* The library caches the current device per thread: switching must be seen. */
-        CUdevice td;
-        CUcontext tc;
-        if (f.device_get(&td, then_device) || f.retain(&tc, td) || f.set_current(tc)) {
-            printf("{\"role\":\"then\",\"error\":\"context of device %d\"}\n", then_device);
-            return 1;
-        }
-        atomic_store(&remaining_mib, then_mib);
-        atomic_store(&granted_mib, 0);
-        atomic_store(&first_err, 0);
-        mib = chunk = then_mib;
-        ctx = tc;
-        worker(NULL);
-        report("then");
-    }
-    if (fork_mib) {
-        fflush(NULL);
-        pid_t c = fork();
-        if (c == 0) {
-            /* A forked child is a new process for the driver: it needs its own context. */
-            CUdevice cd;
-            if (f.device_get(&cd, device) || f.retain(&ctx, cd) || f.set_current(ctx)) {
-                printf("{\"role\":\"child\",\"error\":\"child context\"}\n");
-                _exit(1);
-            }
-            nrec = 0;
-            mib = fork_mib;
-            chunk = fork_mib;
-            threads = 1;
-            run(fork_mib);
-            report("child");
-            if (hold > 0)
-                usleep((useconds_t)(hold * 1e6));
-            _exit(0);
-        }
-        waitpid(c, NULL, 0);
-    }
+    if (then_device >= 0 && then_other_device() != 0)
+        return 1;
+    if (fork_mib)
+        forked_child();
     if (hold > 0)
         usleep((useconds_t)(hold * 1e6));
     unsigned n = atomic_load(&nrec);

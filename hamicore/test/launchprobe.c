@@ -72,13 +72,17 @@ static double now_s(void)
 
 #define MAX_WINDOWS 4096
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+struct opts {
+    double seconds, window;
+    unsigned blocks, kernel_us, burst;
+    int ptsz, device, is_mix, is_graph, is_burst, spin;
+    int a_ex, a_coop, a_multi, a_legacy;
+};
+
+/* --opt=value is --opt value: argv rewritten into args (static storage). */
+static int split_equals(int argc, char **argv, char ***out)
 {
-    double seconds = 3, window = 1;
-    unsigned blocks = 1, kernel_us = 0, burst = 4;
-    int ptsz = 0, device = 0, is_mix = 0, is_graph = 0, is_burst = 0;
-    const char *api = "kernel";
-    /* --opt=value is --opt value */
     static char *args[256], buf[4096];
     int nargs = 0;
     size_t used = 0;
@@ -95,35 +99,44 @@ int main(int argc, char **argv)
             args[nargs++] = argv[i];
         }
     }
-    argc = nargs, argv = args;
+    *out = args;
+    return nargs;
+}
+
+/* 0, or 2 after a usage message. */
+static int parse(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.seconds = 3, .window = 1, .blocks = 1, .burst = 4};
+    const char *api = "kernel";
+    argc = split_equals(argc, argv, &argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            seconds = atof(argv[++i]);
+            o->seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--window") && i + 1 < argc)
-            window = atof(argv[++i]);
+            o->window = atof(argv[++i]);
         else if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
-            blocks = (unsigned)atoi(argv[++i]);
+            o->blocks = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel-us") && i + 1 < argc)
-            kernel_us = (unsigned)atoi(argv[++i]);
+            o->kernel_us = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--burst") && i + 1 < argc)
-            burst = (unsigned)atoi(argv[++i]);
+            o->burst = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--workload") && i + 1 < argc) {
             const char *w = argv[++i];
             if (strcmp(w, "uniform") && strcmp(w, "mix") && strcmp(w, "graph") && strcmp(w, "burst")) {
                 fprintf(stderr, "launchprobe: --workload %s: want uniform, mix, graph or burst\n", w);
                 return 2;
             }
-            is_mix = !strcmp(w, "mix");
-            is_graph = !strcmp(w, "graph");
-            is_burst = !strcmp(w, "burst");
+            o->is_mix = !strcmp(w, "mix");
+            o->is_graph = !strcmp(w, "graph");
+            o->is_burst = !strcmp(w, "burst");
         } else if (!strcmp(argv[i], "--api") && i + 1 < argc)
             api = argv[++i];
         else if (!strcmp(argv[i], "--ex"))
             api = "ex";
         else if (!strcmp(argv[i], "--ptsz"))
-            ptsz = 1;
+            o->ptsz = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
-            device = atoi(argv[++i]);
+            o->device = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: launchprobe [--seconds S] [--window W] [--workload uniform|mix|graph|burst] "
                             "[--kernel-us U] [--blocks B] [--burst K] [--api kernel|ex|coop|multi|legacy] [--ex] "
@@ -131,186 +144,230 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    int a_ex = !strcmp(api, "ex"), a_coop = !strcmp(api, "coop"), a_multi = !strcmp(api, "multi"),
-        a_legacy = !strcmp(api, "legacy");
-    if (!a_ex && !a_coop && !a_multi && !a_legacy && strcmp(api, "kernel")) {
+    o->a_ex = !strcmp(api, "ex"), o->a_coop = !strcmp(api, "coop"), o->a_multi = !strcmp(api, "multi"),
+    o->a_legacy = !strcmp(api, "legacy");
+    if (!o->a_ex && !o->a_coop && !o->a_multi && !o->a_legacy && strcmp(api, "kernel")) {
         fprintf(stderr, "launchprobe: --api %s: want kernel, ex, coop, multi or legacy\n", api);
         return 2;
     }
-    if (window <= 0 || seconds <= 0 || (a_legacy && (is_mix || is_graph || kernel_us)) || burst < 1) {
+    if (o->window <= 0 || o->seconds <= 0 || (o->a_legacy && (o->is_mix || o->is_graph || o->kernel_us)) ||
+        o->burst < 1) {
         fprintf(stderr, "launchprobe: --seconds and --window must be > 0, --burst at least 1; --api legacy runs the "
                         "empty kernel only\n");
         return 2;
     }
-    int spin = is_mix || is_graph || kernel_us;
-    const char *ns = getenv("FAKEGPU_LAUNCH_NS");
-    double launch_ns = ns ? atof(ns) : 0;
+    o->spin = o->is_mix || o->is_graph || o->kernel_us;
+    return 0;
+}
+
+/* The driver's entry points, all fetched through cuGetProcAddress_v2. */
+struct api {
+    __typeof__(&cuInit) init;
+    __typeof__(&cuDeviceGet) dget;
+    __typeof__(&cuDeviceGetAttribute) attr;
+    __typeof__(&cuDevicePrimaryCtxRetain) retain;
+    __typeof__(&cuCtxSetCurrent) setcur;
+    __typeof__(&cuCtxSynchronize) sync;
+    __typeof__(&cuModuleLoadData) load;
+    __typeof__(&cuModuleGetFunction) getfn;
+    __typeof__(&cuLaunchKernel) launch;
+    __typeof__(&cuLaunchKernelEx) launch_ex;
+    __typeof__(&cuLaunchCooperativeKernel) launch_coop;
+    __typeof__(&cuLaunchCooperativeKernelMultiDevice) launch_multi;
+    __typeof__(&cuFuncSetBlockShape) shape;
+    __typeof__(&cuLaunchGrid) launch_grid;
+    __typeof__(&cuGraphCreate) gcreate;
+    __typeof__(&cuGraphAddKernelNode_v2) gadd;
+    __typeof__(&cuGraphInstantiateWithFlags) ginst;
+    __typeof__(&cuGraphLaunch) glaunch;
+};
+
+/* NULL, or the error line's text. */
+static const char *load_api(const struct opts *o, struct api *x)
+{
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        printf("{\"error\":\"dlopen\"}\n");
-        return 1;
-    }
+    if (!h)
+        return "dlopen";
     __typeof__(&cuGetProcAddress_v2) gpa = (__typeof__(gpa))dlsym(h, "cuGetProcAddress_v2");
-    if (!gpa) {
-        printf("{\"error\":\"no cuGetProcAddress_v2\"}\n");
-        return 1;
-    }
-    cuuint64_t fl = ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    if (!gpa)
+        return "no cuGetProcAddress_v2";
+    cuuint64_t fl = o->ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
     CUdriverProcAddressQueryResult q;
-    __typeof__(&cuInit) init = NULL;
-    __typeof__(&cuDeviceGet) dget = NULL;
-    __typeof__(&cuDeviceGetAttribute) attr = NULL;
-    __typeof__(&cuDevicePrimaryCtxRetain) retain = NULL;
-    __typeof__(&cuCtxSetCurrent) setcur = NULL;
-    __typeof__(&cuCtxSynchronize) sync = NULL;
-    __typeof__(&cuModuleLoadData) load = NULL;
-    __typeof__(&cuModuleGetFunction) getfn = NULL;
-    __typeof__(&cuLaunchKernel) launch = NULL;
-    __typeof__(&cuLaunchKernelEx) launch_ex = NULL;
-    __typeof__(&cuLaunchCooperativeKernel) launch_coop = NULL;
-    __typeof__(&cuLaunchCooperativeKernelMultiDevice) launch_multi = NULL;
-    __typeof__(&cuFuncSetBlockShape) shape = NULL;
-    __typeof__(&cuLaunchGrid) launch_grid = NULL;
-    __typeof__(&cuGraphCreate) gcreate = NULL;
-    __typeof__(&cuGraphAddKernelNode_v2) gadd = NULL;
-    __typeof__(&cuGraphInstantiateWithFlags) ginst = NULL;
-    __typeof__(&cuGraphLaunch) glaunch = NULL;
-    gpa("cuInit", (void **)&init, 12000, fl, &q);
-    gpa("cuDeviceGet", (void **)&dget, 12000, fl, &q);
-    gpa("cuDeviceGetAttribute", (void **)&attr, 12000, fl, &q);
-    gpa("cuDevicePrimaryCtxRetain", (void **)&retain, 12000, fl, &q);
-    gpa("cuCtxSetCurrent", (void **)&setcur, 12000, fl, &q);
-    gpa("cuCtxSynchronize", (void **)&sync, 12000, fl, &q);
-    gpa("cuModuleLoadData", (void **)&load, 12000, fl, &q);
-    gpa("cuModuleGetFunction", (void **)&getfn, 12000, fl, &q);
-    gpa("cuLaunchKernel", (void **)&launch, 12000, fl, &q);
-    gpa("cuLaunchKernelEx", (void **)&launch_ex, 12000, fl, &q);
-    gpa("cuLaunchCooperativeKernel", (void **)&launch_coop, 12000, fl, &q);
-    gpa("cuLaunchCooperativeKernelMultiDevice", (void **)&launch_multi, 12000, fl, &q);
-    gpa("cuFuncSetBlockShape", (void **)&shape, 12000, fl, &q);
-    gpa("cuLaunchGrid", (void **)&launch_grid, 12000, fl, &q);
-    gpa("cuGraphCreate", (void **)&gcreate, 12000, fl, &q);
-    gpa("cuGraphAddKernelNode", (void **)&gadd, 12000, fl, &q);
-    gpa("cuGraphInstantiateWithFlags", (void **)&ginst, 12000, fl, &q);
-    gpa("cuGraphLaunch", (void **)&glaunch, 12000, fl, &q);
-    if (!init || !dget || !attr || !retain || !setcur || !sync || !load || !getfn || !launch ||
-        (a_ex && !launch_ex) || (a_coop && !launch_coop) || (a_multi && !launch_multi) ||
-        (a_legacy && (!shape || !launch_grid)) || (is_graph && (!gcreate || !gadd || !ginst || !glaunch))) {
-        printf("{\"error\":\"an entry point is missing\"}\n");
-        return 1;
+    memset(x, 0, sizeof *x);
+    gpa("cuInit", (void **)&x->init, 12000, fl, &q);
+    gpa("cuDeviceGet", (void **)&x->dget, 12000, fl, &q);
+    gpa("cuDeviceGetAttribute", (void **)&x->attr, 12000, fl, &q);
+    gpa("cuDevicePrimaryCtxRetain", (void **)&x->retain, 12000, fl, &q);
+    gpa("cuCtxSetCurrent", (void **)&x->setcur, 12000, fl, &q);
+    gpa("cuCtxSynchronize", (void **)&x->sync, 12000, fl, &q);
+    gpa("cuModuleLoadData", (void **)&x->load, 12000, fl, &q);
+    gpa("cuModuleGetFunction", (void **)&x->getfn, 12000, fl, &q);
+    gpa("cuLaunchKernel", (void **)&x->launch, 12000, fl, &q);
+    gpa("cuLaunchKernelEx", (void **)&x->launch_ex, 12000, fl, &q);
+    gpa("cuLaunchCooperativeKernel", (void **)&x->launch_coop, 12000, fl, &q);
+    gpa("cuLaunchCooperativeKernelMultiDevice", (void **)&x->launch_multi, 12000, fl, &q);
+    gpa("cuFuncSetBlockShape", (void **)&x->shape, 12000, fl, &q);
+    gpa("cuLaunchGrid", (void **)&x->launch_grid, 12000, fl, &q);
+    gpa("cuGraphCreate", (void **)&x->gcreate, 12000, fl, &q);
+    gpa("cuGraphAddKernelNode", (void **)&x->gadd, 12000, fl, &q);
+    gpa("cuGraphInstantiateWithFlags", (void **)&x->ginst, 12000, fl, &q);
+    gpa("cuGraphLaunch", (void **)&x->glaunch, 12000, fl, &q);
+    if (!x->init || !x->dget || !x->attr || !x->retain || !x->setcur || !x->sync || !x->load || !x->getfn ||
+        !x->launch || (o->a_ex && !x->launch_ex) || (o->a_coop && !x->launch_coop) ||
+        (o->a_multi && !x->launch_multi) || (o->a_legacy && (!x->shape || !x->launch_grid)) ||
+        (o->is_graph && (!x->gcreate || !x->gadd || !x->ginst || !x->glaunch)))
+        return "an entry point is missing";
+    return NULL;
+}
+
+/* A mix kernel's grid on a device of sms SMs. */
+static unsigned mix_blocks(unsigned m, int sms)
+{
+    unsigned b = mix[m].blocks < 0 ? (unsigned)-mix[m].blocks : (unsigned)(mix[m].blocks * sms / mix[m].per_sm);
+    return b ? b : 1;
+}
+
+/* The graph: every kernel of the mix once, chained; its parameters are copied at creation. Its
+ * nominal ns into *graph_ns; 0 or the failing call's error (printed). */
+static CUresult make_graph(const struct api *x, CUfunction fn, int sms, CUgraphExec *gx, double *graph_ns)
+{
+    static unsigned long long gns[NMIX];
+    CUgraph g;
+    CUgraphNode prev = NULL, node;
+    CUresult r;
+    if ((r = x->gcreate(&g, 0))) {
+        printf("{\"error\":\"cuGraphCreate %d\"}\n", (int)r);
+        return r;
     }
+    for (unsigned m = 0; m < NMIX; m++) {
+        unsigned b = mix_blocks(m, sms);
+        gns[m] = (unsigned long long)mix[m].us * 1000;
+        void *params[] = {&gns[m]};
+        CUDA_KERNEL_NODE_PARAMS_v2 kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = fn, kp.gridDimX = b, kp.gridDimY = 1, kp.gridDimZ = 1;
+        kp.blockDimX = 1, kp.blockDimY = 1, kp.blockDimZ = 1, kp.kernelParams = params;
+        if ((r = x->gadd(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &kp))) {
+            printf("{\"error\":\"cuGraphAddKernelNode %d\"}\n", (int)r);
+            return r;
+        }
+        prev = node;
+        *graph_ns += (double)gns[m] * (double)((b + (unsigned)sms - 1) / (unsigned)sms);
+    }
+    if ((r = x->ginst(gx, g, 0)))
+        printf("{\"error\":\"cuGraphInstantiateWithFlags %d\"}\n", (int)r);
+    return r;
+}
+
+/* The device's primary context made current, its SM count, the kernel (the spin kernel or any
+ * handle), and the graph: 0, or 1 after the error line. */
+static int setup(const struct opts *o, const struct api *x, int *sms, CUfunction *fn, CUgraphExec *gx,
+                 double *graph_ns)
+{
     CUdevice d;
     CUcontext ctx;
     CUresult r;
-    int sms = 1;
-    if ((r = init(0)) || (r = dget(&d, device)) || (r = retain(&ctx, d)) || (r = setcur(ctx)) ||
-        (r = attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d))) {
+    if ((r = x->init(0)) || (r = x->dget(&d, o->device)) || (r = x->retain(&ctx, d)) || (r = x->setcur(ctx)) ||
+        (r = x->attr(sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d))) {
         printf("{\"error\":\"init %d\"}\n", (int)r);
         return 1;
     }
-    if (sms < 1)
-        sms = 1;
+    if (*sms < 1)
+        *sms = 1;
     static int dummy; /* fakegpu accepts any non-NULL function handle */
-    CUfunction fn = (CUfunction)(void *)&dummy;
-    if (spin) {
+    *fn = (CUfunction)(void *)&dummy;
+    if (o->spin) {
         CUmodule mod;
-        if ((r = load(&mod, spin_ptx)) || (r = getfn(&fn, mod, "fakegpu_spin"))) {
+        if ((r = x->load(&mod, spin_ptx)) || (r = x->getfn(fn, mod, "fakegpu_spin"))) {
             printf("{\"error\":\"spin kernel %d\"}\n", (int)r);
             return 1;
         }
     }
-    if (a_legacy && (r = shape(fn, 1, 1, 1))) {
+    if (o->a_legacy && (r = x->shape(*fn, 1, 1, 1))) {
         printf("{\"error\":\"cuFuncSetBlockShape %d\"}\n", (int)r);
         return 1;
     }
-    /* The graph: every kernel of the mix once, chained; its parameters are copied at creation. */
+    return o->is_graph && make_graph(x, *fn, *sms, gx, graph_ns) != CUDA_SUCCESS;
+}
+
+/* One launch of b blocks, through the API asked for. */
+static CUresult launch_one(const struct opts *o, const struct api *x, CUfunction fn, CUgraphExec gx, unsigned b,
+                           void **pp)
+{
+    if (o->is_graph)
+        return x->glaunch(gx, NULL);
+    if (o->a_ex) {
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = b, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+        cfg.blockDimX = 1, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+        return x->launch_ex(&cfg, fn, pp, NULL);
+    }
+    if (o->a_coop)
+        return x->launch_coop(fn, b, 1, 1, 1, 1, 1, 0, NULL, pp);
+    if (o->a_multi) {
+        CUDA_LAUNCH_PARAMS lp = {fn, b, 1, 1, 1, 1, 1, 0, NULL, pp};
+        return x->launch_multi(&lp, 1, 0);
+    }
+    if (o->a_legacy)
+        return x->launch_grid(fn, (int)b, 1);
+    return x->launch(fn, b, 1, 1, 1, 1, 1, 0, NULL, pp, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    struct api x;
+    if (parse(argc, argv, &o) != 0)
+        return 2;
+    const char *ns = getenv("FAKEGPU_LAUNCH_NS");
+    double launch_ns = ns ? atof(ns) : 0;
+    const char *err = load_api(&o, &x);
+    if (err) {
+        printf("{\"error\":\"%s\"}\n", err);
+        return 1;
+    }
+    int sms = 1;
+    CUfunction fn;
     CUgraphExec gx = NULL;
     double graph_ns = 0;
-    static unsigned long long gns[NMIX];
-    if (is_graph) {
-        CUgraph g;
-        CUgraphNode prev = NULL, node;
-        if ((r = gcreate(&g, 0))) {
-            printf("{\"error\":\"cuGraphCreate %d\"}\n", (int)r);
-            return 1;
-        }
-        for (unsigned m = 0; m < NMIX; m++) {
-            unsigned b = mix[m].blocks < 0 ? (unsigned)-mix[m].blocks : (unsigned)(mix[m].blocks * sms / mix[m].per_sm);
-            b = b ? b : 1;
-            gns[m] = (unsigned long long)mix[m].us * 1000;
-            void *params[] = {&gns[m]};
-            CUDA_KERNEL_NODE_PARAMS_v2 kp;
-            memset(&kp, 0, sizeof kp);
-            kp.func = fn, kp.gridDimX = b, kp.gridDimY = 1, kp.gridDimZ = 1;
-            kp.blockDimX = 1, kp.blockDimY = 1, kp.blockDimZ = 1, kp.kernelParams = params;
-            if ((r = gadd(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &kp))) {
-                printf("{\"error\":\"cuGraphAddKernelNode %d\"}\n", (int)r);
-                return 1;
-            }
-            prev = node;
-            graph_ns += (double)gns[m] * (double)((b + (unsigned)sms - 1) / (unsigned)sms);
-        }
-        if ((r = ginst(&gx, g, 0))) {
-            printf("{\"error\":\"cuGraphInstantiateWithFlags %d\"}\n", (int)r);
-            return 1;
-        }
-    }
+    if (setup(&o, &x, &sms, &fn, &gx, &graph_ns) != 0)
+        return 1;
     static double win[MAX_WINDOWS];
     int nwin = 0;
     unsigned long long n = 0, k = 0;
     double work_ns = 0, win_ns = 0;
-    double t0 = now_s(), end = t0 + seconds, wstart = t0;
-    r = CUDA_SUCCESS;
-    CUresult sr = CUDA_SUCCESS;
+    double t0 = now_s(), end = t0 + o.seconds, wstart = t0;
+    CUresult r = CUDA_SUCCESS, sr = CUDA_SUCCESS;
     uint32_t lcg = 12345;
     while (r == CUDA_SUCCESS && sr == CUDA_SUCCESS && now_s() < end) {
-        unsigned b = blocks;
-        unsigned long long kns = (unsigned long long)kernel_us * 1000;
-        if (is_mix) {
+        unsigned b = o.blocks;
+        unsigned long long kns = (unsigned long long)o.kernel_us * 1000;
+        if (o.is_mix) {
             lcg = lcg * 1103515245u + 12345u;
             unsigned m = (lcg >> 16) % NMIX;
-            b = mix[m].blocks < 0 ? (unsigned)-mix[m].blocks : (unsigned)(mix[m].blocks * sms / mix[m].per_sm);
-            if (!b)
-                b = 1;
+            b = mix_blocks(m, sms);
             kns = (unsigned long long)mix[m].us * 1000;
         }
-        double nominal = spin ? (double)kns * (double)((b + (unsigned)sms - 1) / (unsigned)sms) : launch_ns;
+        double nominal = o.spin ? (double)kns * (double)((b + (unsigned)sms - 1) / (unsigned)sms) : launch_ns;
         void *params[] = {&kns};
-        void **pp = spin ? params : NULL;
-        if (is_graph) {
+        if (o.is_graph)
             nominal = graph_ns;
-            r = glaunch(gx, NULL);
-        } else if (a_ex) {
-            CUlaunchConfig cfg;
-            memset(&cfg, 0, sizeof cfg);
-            cfg.gridDimX = b, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-            cfg.blockDimX = 1, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-            r = launch_ex(&cfg, fn, pp, NULL);
-        } else if (a_coop) {
-            r = launch_coop(fn, b, 1, 1, 1, 1, 1, 0, NULL, pp);
-        } else if (a_multi) {
-            CUDA_LAUNCH_PARAMS lp = {fn, b, 1, 1, 1, 1, 1, 0, NULL, pp};
-            r = launch_multi(&lp, 1, 0);
-        } else if (a_legacy) {
-            r = launch_grid(fn, (int)b, 1);
-        } else {
-            r = launch(fn, b, 1, 1, 1, 1, 1, 0, NULL, pp, NULL);
-        }
-        if (r != CUDA_SUCCESS)
+        if ((r = launch_one(&o, &x, fn, gx, b, o.spin ? params : NULL)) != CUDA_SUCCESS)
             break;
         n++, k++;
-        if (is_burst && k % burst == 0 && (sr = sync()) != CUDA_SUCCESS)
+        if (o.is_burst && k % o.burst == 0 && (sr = x.sync()) != CUDA_SUCCESS)
             break;
         work_ns += nominal, win_ns += nominal;
         double t = now_s();
-        if (t - wstart >= window) {
+        if (t - wstart >= o.window) {
             if (nwin < MAX_WINDOWS)
                 win[nwin++] = win_ns / 1e9 / (t - wstart);
             win_ns = 0, wstart = t;
         }
     }
     if (sr == CUDA_SUCCESS)
-        sr = sync();
+        sr = x.sync();
     double elapsed = now_s() - t0;
     printf("{\"launches\":%llu,\"launch_error\":%d,\"sync_error\":%d,\"elapsed_s\":%.3f,\"busy_s\":%.3f,"
            "\"busy_fraction\":%.4f,\"sms\":%d,\"windows\":[",
@@ -318,6 +375,5 @@ int main(int argc, char **argv)
     for (int i = 0; i < nwin; i++)
         printf("%s%.4f", i ? "," : "", win[i]);
     printf("]}\n");
-    (void)k;
     return r == CUDA_SUCCESS && sr == CUDA_SUCCESS ? 0 : 1;
 }

@@ -2,6 +2,7 @@
  * state, and a crash must fail one case, not the run). Last line: "N passed, N failed". */
 #include "unit.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -26,6 +27,13 @@ void unit_fail(const char *file, int line, const char *fmt, ...)
     unit_case_failed = 1;
 }
 
+void unit_write_file(const char *path, const void *b, size_t n)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && write(fd, b, n) == (ssize_t)n);
+    close(fd);
+}
+
 int main(int argc, char **argv)
 {
     unit_vectors_dir = argc > 1 ? argv[1] : "../testdata/limits";
@@ -35,8 +43,9 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 2;
     }
-    const struct unit_test *suites[] = {unit_limits_tests, unit_region_tests, unit_region_fds_tests, unit_procaddr_tests,
-                                        unit_modglobals_tests, unit_sched_tests};
+    const struct unit_test *suites[] = {unit_limits_tests,     unit_limits_file_tests, unit_region_tests,
+                                        unit_region_fds_tests, unit_procaddr_tests,    unit_modglobals_tests,
+                                        unit_sched_tests};
     int passed = 0, failed = 0;
     for (size_t s = 0; s < sizeof suites / sizeof suites[0]; s++) {
         for (const struct unit_test *t = suites[s]; t->name; t++) {

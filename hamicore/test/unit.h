@@ -13,6 +13,8 @@ extern int unit_case_failed;
 extern const char *unit_vectors_dir; /* testdata/limits */
 extern const char *unit_tmp_dir;     /* scratch directory of this run */
 void unit_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Writes n bytes to path (created or truncated); a failure fails the case. */
+void unit_write_file(const char *path, const void *b, size_t n);
 
 #define CHECK(c)                                                                                                   \
     do {                                                                                                           \
@@ -33,6 +35,7 @@ void unit_fail(const char *file, int line, const char *fmt, ...) __attribute__((
     } while (0)
 
 extern const struct unit_test unit_limits_tests[];
+extern const struct unit_test unit_limits_file_tests[];
 extern const struct unit_test unit_region_tests[];
 extern const struct unit_test unit_region_fds_tests[];
 extern const struct unit_test unit_procaddr_tests[];

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "limitsfile.h"
 #include "region.h"
 #include "unit.h"
 

@@ -148,13 +148,6 @@ static void test_join_arithmetic(void)
 
 /* ---- the files ---- */
 
-static void write_file(const char *path, const void *b, size_t n)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0 && write(fd, b, n) == (ssize_t)n);
-    close(fd);
-}
-
 static void grant_file(const char *path, uint32_t ngpus)
 {
     static struct lb_sched_grant g;
@@ -165,7 +158,7 @@ static void grant_file(const char *path, uint32_t ngpus)
         g.gpu[i].uuid[0] = (uint8_t)(i + 1), g.gpu[i].uuid[15] = 0x50;
     memset(page, 0, sizeof page);
     memcpy(page, &g, sizeof g);
-    write_file(path, page, sizeof page);
+    unit_write_file(path, page, sizeof page);
 }
 
 static void paths(char *grant, char *report, size_t n, const char *name)
@@ -211,7 +204,7 @@ static void test_attach_refuses_what_is_not_a_grant(void)
     char g[512], r[512];
     paths(g, r, sizeof g, "refuse");
     CHECK(lb_sched_attach(g, r) == 0); /* absent */
-    write_file(g, "short", 5);
+    unit_write_file(g, "short", 5);
     CHECK(lb_sched_attach(g, r) == 0);
     grant_file(g, 0);
     CHECK(lb_sched_attach(g, r) == 0); /* no GPU */
@@ -231,7 +224,7 @@ static void test_attach_repairs_or_refuses_the_report(void)
     char g[512], r[512];
     paths(g, r, sizeof g, "report");
     grant_file(g, 1);
-    write_file(r, "junk", 4);
+    unit_write_file(r, "junk", 4);
     CHECK(lb_sched_attach(g, r) == 1);
     struct stat st;
     CHECK(stat(r, &st) == 0 && st.st_size == LB_SCHED_FILE_SIZE);

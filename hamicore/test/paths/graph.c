@@ -45,29 +45,27 @@ static void show_pool(const char *when)
            graph_attr_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), free_mib());
 }
 
-int main(void)
+/* The graphs and executable graphs A..F, destroyed together at the end. */
+enum { A, B, C, D, E, F, NGRAPHS };
+static CUgraph g[NGRAPHS];
+static CUgraphExec x[NGRAPHS];
+
+/* A, captured: its allocation takes no memory until the launch reserves it in the graph pool. */
+static void captured(CUstream s, CUfunction k, unsigned long long start)
 {
-    path_begin();
-    path_ctx();
-    CUfunction k = path_kernel();
-    unsigned long long start = free_mib();
-    CUstream s;
-    CUgraph ga, gb, gc;
-    CUgraphExec xa, xb, xc;
-    CUdeviceptr pa, pb, pc;
+    CUdeviceptr pa;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     CU(cuStreamIsCapturing(s, &st));
     EXPECT(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "stream is capturing");
     CU(cuMemAllocAsync(&pa, 2000 * MIB, s));
     CU(cuLaunchKernel(k, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL));
     CU(cuMemFreeAsync(pa, s));
-    CU(cuStreamEndCapture(s, &ga));
+    CU(cuStreamEndCapture(s, &g[A]));
     unsigned long long f = free_mib();
     EXPECT(path_limited ? f == path_limit_mib : near(f, start, NATIVE_TOL), "capture takes no memory: free %llu MiB", f);
-    CU(cuGraphInstantiateWithFlags(&xa, ga, 0));
-    CU(cuGraphLaunch(xa, s));
+    CU(cuGraphInstantiateWithFlags(&x[A], g[A], 0));
+    CU(cuGraphLaunch(x[A], s));
     CU(cuStreamSynchronize(s));
     show_pool("A");
     EXPECT(graph_attr_mib(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == graph_reserved_mib(),
@@ -78,14 +76,19 @@ int main(void)
         EXPECT(near(f, path_limit_mib - 2000, NATIVE_TOL), "free %llu MiB after A: its memory counts", f);
     else
         EXPECT(near(start - f, 2000, NATIVE_TOL), "free dropped by %llu MiB after A", start - f);
+}
 
-    xb = one_alloc_graph(1500 * MIB, &pb, &gb);
-    CU(cuGraphLaunch(xb, s)); /* reuses A's reserve */
+/* B reuses A's reserve; C's does not fit under the limit; B's allocation is freed outside it. */
+static void reuse_then_refuse(CUstream s)
+{
+    CUdeviceptr pb, pc;
+    x[B] = one_alloc_graph(1500 * MIB, &pb, &g[B]);
+    CU(cuGraphLaunch(x[B], s)); /* reuses A's reserve */
     CU(cuStreamSynchronize(s));
     show_pool("B");
     EXPECT(graph_reserved_mib() < 2000 + 1500, "B reused A's reserve: %llu MiB reserved", graph_reserved_mib());
-    xc = one_alloc_graph(1600 * MIB, &pc, &gc);
-    CUresult r = cuGraphLaunch(xc, s);
+    x[C] = one_alloc_graph(1600 * MIB, &pc, &g[C]);
+    CUresult r = cuGraphLaunch(x[C], s);
     if (path_limited) {
         EXPECT(r == CUDA_ERROR_OUT_OF_MEMORY, "C's launch refused: 1500 in use + 1600 > the limit (%d)", r);
     } else {
@@ -96,37 +99,43 @@ int main(void)
     }
     CU(cuMemFree(pb)); /* a graph allocation freed outside its graph */
     show_pool("the frees");
+}
 
-    /* D allocates 1500 MiB that outlive it; E, another graph, frees them. F's 2500 MiB then fit
-     * in the reserve plus the rest of the limit: a limiter that missed E's free would refuse F. */
-    CUgraph gd, ge, gf;
-    CUgraphExec xd, xe, xf;
+/* D allocates 1500 MiB that outlive it; E, another graph, frees them. F's 2500 MiB then fit
+ * in the reserve plus the rest of the limit: a limiter that missed E's free would refuse F. */
+static void freed_by_another_graph(CUstream s)
+{
     CUdeviceptr pd, pf;
     CUgraphNode fn;
-    xd = one_alloc_graph(1500 * MIB, &pd, &gd);
-    CU(cuGraphLaunch(xd, s));
-    CU(cuGraphCreate(&ge, 0));
-    CU(cuGraphAddMemFreeNode(&fn, ge, NULL, 0, pd));
-    CU(cuGraphInstantiateWithFlags(&xe, ge, 0));
-    CU(cuGraphLaunch(xe, s));
+    x[D] = one_alloc_graph(1500 * MIB, &pd, &g[D]);
+    CU(cuGraphLaunch(x[D], s));
+    CU(cuGraphCreate(&g[E], 0));
+    CU(cuGraphAddMemFreeNode(&fn, g[E], NULL, 0, pd));
+    CU(cuGraphInstantiateWithFlags(&x[E], g[E], 0));
+    CU(cuGraphLaunch(x[E], s));
     CU(cuStreamSynchronize(s));
-    xf = one_alloc_graph(2500 * MIB, &pf, &gf);
-    CU(cuGraphLaunch(xf, s)); /* limited: A's reserve, grown by ~500 MiB, stays within 3000 */
+    x[F] = one_alloc_graph(2500 * MIB, &pf, &g[F]);
+    CU(cuGraphLaunch(x[F], s)); /* limited: A's reserve, grown by ~500 MiB, stays within 3000 */
     CU(cuStreamSynchronize(s));
     show_pool("F");
     CU(cuMemFree(pf));
-    CU(cuGraphExecDestroy(xa));
-    CU(cuGraphExecDestroy(xb));
-    CU(cuGraphExecDestroy(xc));
-    CU(cuGraphExecDestroy(xd));
-    CU(cuGraphExecDestroy(xe));
-    CU(cuGraphExecDestroy(xf));
-    CU(cuGraphDestroy(ga));
-    CU(cuGraphDestroy(gb));
-    CU(cuGraphDestroy(gc));
-    CU(cuGraphDestroy(gd));
-    CU(cuGraphDestroy(ge));
-    CU(cuGraphDestroy(gf));
+}
+
+int main(void)
+{
+    path_begin();
+    path_ctx();
+    CUfunction k = path_kernel();
+    unsigned long long start = free_mib();
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    captured(s, k, start);
+    reuse_then_refuse(s);
+    freed_by_another_graph(s);
+    for (int i = 0; i < NGRAPHS; i++)
+        CU(cuGraphExecDestroy(x[i]));
+    for (int i = 0; i < NGRAPHS; i++)
+        CU(cuGraphDestroy(g[i]));
     CU(cuCtxSynchronize());
     show_pool("the destroys");
     CU(cuDeviceGraphMemTrim(0));

@@ -396,6 +396,65 @@ static void on_child(int sig)
     errno = saved;
 }
 
+/* One command line of the driver (harness/memjudge): its operation, then up to four arguments. */
+static void dispatch(const char *line)
+{
+    char op[32] = "", a1[256] = "", a2[256] = "", a3[64] = "", a4[64] = "";
+    int nf = sscanf(line, "%31s %255s %255s %63s %63s", op, a1, a2, a3, a4);
+    if (nf < 1)
+        return;
+    long id = strtol(a1, NULL, 10);
+    if (!strcmp(op, "init"))
+        cmd_init((int)id);
+    else if (!strcmp(op, "use"))
+        cmd_init((int)id); /* cuInit again is a no-op: the same reply, with the UUID */
+    else if (!strcmp(op, "alloc"))
+        cmd_alloc(id, a2, strtoull(a3, NULL, 10));
+    else if (!strcmp(op, "graph"))
+        cmd_graph(id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10), atoi(a4));
+    else if (!strcmp(op, "free"))
+        cmd_free(id);
+    else if (!strcmp(op, "ipcget"))
+        cmd_ipcget(id);
+    else if (!strcmp(op, "ipcopen"))
+        cmd_ipcopen(id, a2);
+    else if (!strcmp(op, "vmmexport"))
+        cmd_vmmexport(id);
+    else if (!strcmp(op, "vmmimport"))
+        cmd_vmmimport(id, atoi(a2), atoi(a3), strtoull(a4, NULL, 10));
+    else if (!strcmp(op, "ctxcreate"))
+        cmd_ctxcreate(id, atoi(a2));
+    else if (!strcmp(op, "reset"))
+        cmd_reset((int)id);
+    else if (!strcmp(op, "trim"))
+        cmd_trim();
+    else if (!strcmp(op, "poolcycle"))
+        cmd_poolcycle(id);
+    else if (!strcmp(op, "burst"))
+        cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
+    else if (!strcmp(op, "sigalloc"))
+        cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2), strtol(a3, NULL, 10));
+    else if (!strcmp(op, "sigfree"))
+        cmd_sigfree();
+    else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))
+        cmd_fork(a1, !strcmp(op, "spawn"));
+    else if (!strcmp(op, "closeall"))
+        reply(close_all(!strcmp(a1, "keepdriver")) == 0 ? "ok" : "err -1 close_range");
+    else if (!strcmp(op, "closecache")) {
+        int fd = open(a1, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        reply(fd >= 0 ? "ok" : "err -1 open %s", a1);
+    } else if (!strcmp(op, "exhaust"))
+        cmd_exhaust();
+    else if (!strcmp(op, "unexhaust"))
+        cmd_unexhaust();
+    else if (!strcmp(op, "exit"))
+        exit(0);
+    else
+        reply("err -1 unknown command %s", op);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--connect")) {
@@ -431,59 +490,6 @@ int main(int argc, char **argv)
         }
         line[len] = 0;
         len = 0;
-        char op[32] = "", a1[256] = "", a2[256] = "", a3[64] = "", a4[64] = "";
-        int nf = sscanf(line, "%31s %255s %255s %63s %63s", op, a1, a2, a3, a4);
-        if (nf < 1)
-            continue;
-        long id = strtol(a1, NULL, 10);
-        if (!strcmp(op, "init"))
-            cmd_init((int)id);
-        else if (!strcmp(op, "use"))
-            cmd_init((int)id); /* cuInit again is a no-op: the same reply, with the UUID */
-        else if (!strcmp(op, "alloc"))
-            cmd_alloc(id, a2, strtoull(a3, NULL, 10));
-        else if (!strcmp(op, "graph"))
-            cmd_graph(id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10), atoi(a4));
-        else if (!strcmp(op, "free"))
-            cmd_free(id);
-        else if (!strcmp(op, "ipcget"))
-            cmd_ipcget(id);
-        else if (!strcmp(op, "ipcopen"))
-            cmd_ipcopen(id, a2);
-        else if (!strcmp(op, "vmmexport"))
-            cmd_vmmexport(id);
-        else if (!strcmp(op, "vmmimport"))
-            cmd_vmmimport(id, atoi(a2), atoi(a3), strtoull(a4, NULL, 10));
-        else if (!strcmp(op, "ctxcreate"))
-            cmd_ctxcreate(id, atoi(a2));
-        else if (!strcmp(op, "reset"))
-            cmd_reset((int)id);
-        else if (!strcmp(op, "trim"))
-            cmd_trim();
-        else if (!strcmp(op, "poolcycle"))
-            cmd_poolcycle(id);
-        else if (!strcmp(op, "burst"))
-            cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
-        else if (!strcmp(op, "sigalloc"))
-            cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2), strtol(a3, NULL, 10));
-        else if (!strcmp(op, "sigfree"))
-            cmd_sigfree();
-        else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))
-            cmd_fork(a1, !strcmp(op, "spawn"));
-        else if (!strcmp(op, "closeall"))
-            reply(close_all(!strcmp(a1, "keepdriver")) == 0 ? "ok" : "err -1 close_range");
-        else if (!strcmp(op, "closecache")) {
-            int fd = open(a1, O_RDONLY | O_CLOEXEC);
-            if (fd >= 0)
-                close(fd);
-            reply(fd >= 0 ? "ok" : "err -1 open %s", a1);
-        } else if (!strcmp(op, "exhaust"))
-            cmd_exhaust();
-        else if (!strcmp(op, "unexhaust"))
-            cmd_unexhaust();
-        else if (!strcmp(op, "exit"))
-            exit(0);
-        else
-            reply("err -1 unknown command %s", op);
+        dispatch(line);
     }
 }

@@ -71,6 +71,76 @@ static CUresult set_limit(CUlimit l, size_t v)
     return cuCtxSetLimit(l, v);
 }
 
+/* The legacy (CUDA < 3.2) entry points, found by their own symbols. */
+static CUresult alloc_v1(struct obj *o, int k, size_t bytes)
+{
+    switch (k) {
+    case K_MEM1: {
+        mem1_fn f = (mem1_fn)legacy("cuMemAlloc");
+        return f ? f(&o->ptr1, (unsigned)bytes) : CUDA_ERROR_NOT_FOUND;
+    }
+    case K_PITCH1: {
+        pitch1_fn f = (pitch1_fn)legacy("cuMemAllocPitch");
+        unsigned pitch;
+        return f ? f(&o->ptr1, &pitch, 1 << 20, (unsigned)(bytes >> 20), 4) : CUDA_ERROR_NOT_FOUND;
+    }
+    case K_ARRAY1: {
+        array1_fn f = (array1_fn)legacy("cuArrayCreate");
+        CUDA_ARRAY_DESCRIPTOR_v1 d = {2048, (unsigned)(bytes / (2048 * 4)), CU_AD_FORMAT_UNSIGNED_INT8, 4};
+        return f ? f((CUarray *)&o->handle, &d) : CUDA_ERROR_NOT_FOUND;
+    }
+    case K_ARRAY3D1: {
+        array3d1_fn f = (array3d1_fn)legacy("cuArray3DCreate");
+        CUDA_ARRAY3D_DESCRIPTOR_v1 d = {2048, 512, (unsigned)(bytes / (2048 * 4 * 512)), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        return f ? f((CUarray *)&o->handle, &d) : CUDA_ERROR_NOT_FOUND;
+    }
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The stack limit that takes about `bytes` over every thread the device can run at once. */
+static CUresult alloc_stack(size_t bytes)
+{
+    int sms = 0, threads = 0;
+    cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cur_dev);
+    cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, cur_dev);
+    size_t per = sms > 0 && threads > 0 ? bytes / ((size_t)sms * (size_t)threads) : 0;
+    return per ? set_limit(CU_LIMIT_STACK_SIZE, 1024 + per) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult alloc_of_kind(struct obj *o, int k, size_t bytes)
+{
+    CUDA_ARRAY_DESCRIPTOR ad = {2048, bytes / (2048 * 4), CU_AD_FORMAT_UNSIGNED_INT8, 4};
+    CUDA_ARRAY3D_DESCRIPTOR a3 = {2048, 512, bytes / (2048 * 4 * 512), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+    switch (k) {
+    case K_MEM: return cuMemAlloc(&o->ptr, bytes);
+    case K_MANAGED: return cuMemAllocManaged(&o->ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+    case K_PITCH: {
+        size_t pitch;
+        return cuMemAllocPitch(&o->ptr, &pitch, 1 << 20, bytes >> 20, 4);
+    }
+    case K_ARRAY: return cuArrayCreate((CUarray *)&o->handle, &ad);
+    case K_ARRAY3D: return cuArray3DCreate((CUarray *)&o->handle, &a3);
+    case K_MIPMAP: {
+        /* Two levels: 4/5 of the bytes in level 0, 1/5 in level 1 (half of each dimension but
+         * the depth, which is 1). */
+        CUDA_ARRAY3D_DESCRIPTOR md = {2048, bytes * 4 / 5 / (2048 * 4), 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        return cuMipmappedArrayCreate((CUmipmappedArray *)&o->handle, &md, 2);
+    }
+    case K_ASYNC: return cuMemAllocAsync(&o->ptr, bytes, NULL);
+    case K_POOL: {
+        CUmemoryPool p = pool_of(cur_dev);
+        return p ? cuMemAllocFromPoolAsync(&o->ptr, bytes, p, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    case K_VMM: return vmm_map(o, bytes, 0);
+    case K_VMMX: return vmm_map(o, bytes, 1);
+    case K_MODULE: return module_load(o, bytes);
+    case K_HEAP: return set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, (8u << 20) + bytes);
+    case K_STACK: return alloc_stack(bytes);
+    }
+    return alloc_v1(o, k, bytes);
+}
+
 void cmd_alloc(long id, const char *kind, size_t bytes)
 {
     struct obj *o = obj_of(id, 1);
@@ -84,73 +154,10 @@ void cmd_alloc(long id, const char *kind, size_t bytes)
         reply("err -1 unknown kind %s", kind);
         return;
     }
-    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-    CUDA_ARRAY_DESCRIPTOR ad = {2048, bytes / (2048 * 4), CU_AD_FORMAT_UNSIGNED_INT8, 4};
-    CUDA_ARRAY3D_DESCRIPTOR a3 = {2048, 512, bytes / (2048 * 4 * 512), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
     o->dev = cur_dev;
     cuCtxGetCurrent(&o->ctx);
     o->size = bytes;
-    switch (k) {
-    case K_MEM: r = cuMemAlloc(&o->ptr, bytes); break;
-    case K_MEM1: {
-        mem1_fn f = (mem1_fn)legacy("cuMemAlloc");
-        r = f ? f(&o->ptr1, (unsigned)bytes) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
-    case K_MANAGED: r = cuMemAllocManaged(&o->ptr, bytes, CU_MEM_ATTACH_GLOBAL); break;
-    case K_PITCH: {
-        size_t pitch;
-        r = cuMemAllocPitch(&o->ptr, &pitch, 1 << 20, bytes >> 20, 4);
-        break;
-    }
-    case K_PITCH1: {
-        pitch1_fn f = (pitch1_fn)legacy("cuMemAllocPitch");
-        unsigned pitch;
-        r = f ? f(&o->ptr1, &pitch, 1 << 20, (unsigned)(bytes >> 20), 4) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
-    case K_ARRAY: r = cuArrayCreate((CUarray *)&o->handle, &ad); break;
-    case K_ARRAY1: {
-        array1_fn f = (array1_fn)legacy("cuArrayCreate");
-        CUDA_ARRAY_DESCRIPTOR_v1 d = {2048, (unsigned)(bytes / (2048 * 4)), CU_AD_FORMAT_UNSIGNED_INT8, 4};
-        r = f ? f((CUarray *)&o->handle, &d) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
-    case K_ARRAY3D: r = cuArray3DCreate((CUarray *)&o->handle, &a3); break;
-    case K_ARRAY3D1: {
-        array3d1_fn f = (array3d1_fn)legacy("cuArray3DCreate");
-        CUDA_ARRAY3D_DESCRIPTOR_v1 d = {2048, 512, (unsigned)(bytes / (2048 * 4 * 512)), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
-        r = f ? f((CUarray *)&o->handle, &d) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
-    case K_MIPMAP: {
-        /* Two levels: 4/5 of the bytes in level 0, 1/5 in level 1 (half of each dimension but
-         * the depth, which is 1). */
-        CUDA_ARRAY3D_DESCRIPTOR md = {2048, bytes * 4 / 5 / (2048 * 4), 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
-        r = cuMipmappedArrayCreate((CUmipmappedArray *)&o->handle, &md, 2);
-        break;
-    }
-    case K_ASYNC:
-        r = cuMemAllocAsync(&o->ptr, bytes, NULL);
-        break;
-    case K_POOL: {
-        CUmemoryPool p = pool_of(cur_dev);
-        r = p ? cuMemAllocFromPoolAsync(&o->ptr, bytes, p, NULL) : CUDA_ERROR_OUT_OF_MEMORY;
-        break;
-    }
-    case K_VMM: r = vmm_map(o, bytes, 0); break;
-    case K_VMMX: r = vmm_map(o, bytes, 1); break;
-    case K_MODULE: r = module_load(o, bytes); break;
-    case K_HEAP: r = set_limit(CU_LIMIT_MALLOC_HEAP_SIZE, (8u << 20) + bytes); break;
-    case K_STACK: {
-        int sms = 0, threads = 0;
-        cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cur_dev);
-        cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, cur_dev);
-        size_t per = sms > 0 && threads > 0 ? bytes / ((size_t)sms * (size_t)threads) : 0;
-        r = per ? set_limit(CU_LIMIT_STACK_SIZE, 1024 + per) : CUDA_ERROR_INVALID_VALUE;
-        break;
-    }
-    }
+    CUresult r = alloc_of_kind(o, k, bytes);
     if (r == CUDA_SUCCESS)
         o->kind = k;
     else

@@ -15,7 +15,7 @@ var required = []string{
 	"vgpu-device-plugin",
 	"vgpu-monitor",
 	"vgpu-scheduler",
-	// limitbed-doctor joins when it has its own binary.
+	"limitbed-doctor",
 }
 
 // forbidden says why pkg (an import path) may not be linked into a production binary, or "".

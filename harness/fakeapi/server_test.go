@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -487,5 +488,46 @@ func TestPluginPodsClient(t *testing.T) {
 	}
 	if !seen {
 		t.Fatalf("no %q among %v", want, s.Requests())
+	}
+}
+
+// TestResourceDifferences: pods and nodes share one handler, and differ where a real API server
+// differs for this server's purposes: nodes are neither created nor deleted over HTTP and select on
+// metadata.name only; pods are created only in a namespace.
+func TestResourceDifferences(t *testing.T) {
+	s, _ := start(t)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/api/v1/nodes?fieldSelector=spec.nodeName%3Dx", http.StatusBadRequest},
+		{http.MethodGet, "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-a", http.StatusOK},
+		{http.MethodGet, "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", http.StatusOK},
+		{http.MethodGet, "/api/v1/pods?fieldSelector=spec.hostname%3Dx", http.StatusBadRequest},
+		{http.MethodPost, "/api/v1/nodes", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/api/v1/pods", http.StatusMethodNotAllowed},
+		{http.MethodDelete, "/api/v1/nodes/node-a", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/api/v1/nodes/node-b", http.StatusNotFound},
+		{http.MethodDelete, "/api/v1/namespaces/default/pods/b1", http.StatusOK},
+		{http.MethodPut, "/api/v1/namespaces/default/pods/a1", http.StatusMethodNotAllowed},
+	} {
+		req, err := http.NewRequest(tc.method, s.URL+tc.path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.code)
+		}
+	}
+	if _, ok := s.Node("node-a"); !ok {
+		t.Error("DELETE removed a node")
+	}
+	if _, ok := s.Pod("default", "b1"); ok {
+		t.Error("DELETE left the pod")
 	}
 }

@@ -9,19 +9,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 )
 
 // smi runs Debian's nvidia-smi (extracted, never installed: harness/nvsmi) against h's fakegpu.
-func (h *host) smi(bin string, args ...string) string {
-	h.t.Helper()
+func smi(t *testing.T, h *fakegputest.Host, bin string, args ...string) string {
+	t.Helper()
 	c := exec.Command(bin, args...)
-	c.Env = h.env
+	c.Env = h.Env
 	out, err := c.CombinedOutput()
 	if err != nil {
-		h.t.Fatalf("nvidia-smi %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("nvidia-smi %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
@@ -54,14 +55,14 @@ func TestRealNvidiaSMI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := newHost(t, name)
-			_, holder := h.hold("--mib", "1000")
-			inf := h.info()
+			h := fakegputest.NewHost(t, name)
+			_, holder := h.Hold("--mib", "1000")
+			inf := h.Info()
 			if len(inf.Devices) != len(gpus) {
 				t.Fatalf("gpuinfo sees %d GPUs, the profile has %d", len(inf.Devices), len(gpus))
 			}
 
-			list := h.smi(bin, "-L")
+			list := smi(t, h, bin, "-L")
 			for i, g := range gpus {
 				if want := fmt.Sprintf("GPU %d: %s (UUID: %s)", i, g.Name, g.UUID); !strings.Contains(list, want) {
 					t.Errorf("-L lacks %q:\n%s", want, list)
@@ -73,7 +74,7 @@ func TestRealNvidiaSMI(t *testing.T) {
 				}
 			}
 
-			rows, err := nvsmi.ParseCSV([]byte(h.smi(bin, "--query-gpu=name,memory.total,memory.used,utilization.gpu", "--format=csv")))
+			rows, err := nvsmi.ParseCSV([]byte(smi(t, h, bin, "--query-gpu=name,memory.total,memory.used,utilization.gpu", "--format=csv")))
 			if err != nil || len(rows) != len(gpus) {
 				t.Fatalf("--query-gpu: %d rows (%v), want %d", len(rows), err, len(gpus))
 			}
@@ -91,7 +92,7 @@ func TestRealNvidiaSMI(t *testing.T) {
 
 			// The holder: on GPU 0 (or its first MIG instance), with what fakegpu charged it.
 			held := inf.Devices[0].Used
-			apps, err := nvsmi.ParseCSV([]byte(h.smi(bin, "--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv")))
+			apps, err := nvsmi.ParseCSV([]byte(smi(t, h, bin, "--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv")))
 			if err != nil || len(apps) != 1 {
 				t.Fatalf("--query-compute-apps: %v (%v), want the holder alone", apps, err)
 			}
@@ -100,7 +101,7 @@ func TestRealNvidiaSMI(t *testing.T) {
 				t.Errorf("--query-compute-apps: %v; want pid %d, cudaprobe, %d MiB on %s", apps[0], holder.PID, held, gpus[0].UUID)
 			}
 
-			screen := h.smi(bin)
+			screen := smi(t, h, bin)
 			if !regexp.MustCompile(`NVIDIA-SMI \d+\.\d+`).MatchString(screen) {
 				t.Errorf("default screen has no header:\n%s", screen)
 			}
@@ -120,7 +121,7 @@ func TestRealNvidiaSMI(t *testing.T) {
 				t.Errorf("default screen lacks the holder's process row %q:\n%s", want, screen)
 			}
 
-			q := h.smi(bin, "-q")
+			q := smi(t, h, bin, "-q")
 			for i, g := range gpus {
 				for _, want := range []string{`Product Name\s+: ` + regexp.QuoteMeta(g.Name), `GPU UUID\s+: ` + g.UUID,
 					fmt.Sprintf(`FB Memory Usage\s+Total\s+: %d MiB\s+Reserved\s+: \d+ MiB\s+Used\s+: %d MiB`, g.MemoryMiB, inf.Devices[i].Used)} {
@@ -141,9 +142,9 @@ func TestRealNvidiaSMI(t *testing.T) {
 // the message it printed for every fakegpu profile before fakegpu answered it.
 func TestRealNvidiaSMIRefusedWithoutExportTable(t *testing.T) {
 	bin := smiBinary(t)
-	h := newHost(t, "a16-16q", "FAKEGPU_NVML_ERROR=nvmlInternalGetExportTable:NVML_ERROR_NOT_SUPPORTED")
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_NVML_ERROR=nvmlInternalGetExportTable:NVML_ERROR_NOT_SUPPORTED")
 	c := exec.Command(bin)
-	c.Env = h.env
+	c.Env = h.Env
 	out, err := c.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "Mismatch in versions between nvidia-smi and NVML") {
 		t.Fatalf("nvidia-smi without the export table: %v\n%s", err, out)
@@ -152,5 +153,5 @@ func TestRealNvidiaSMIRefusedWithoutExportTable(t *testing.T) {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	return newHost(t, "a16-16q").paths.Root
+	return fakegputest.NewHost(t, "a16-16q").Paths.Root
 }

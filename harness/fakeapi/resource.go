@@ -50,11 +50,7 @@ var podResource = &resource[*corev1.Pod]{
 		}
 	},
 	list: func(rv string, items []*corev1.Pod) runtime.Object {
-		l := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: rv}}
-		for _, p := range items {
-			l.Items = append(l.Items, *p)
-		}
-		return l
+		return &corev1.PodList{TypeMeta: listType("PodList"), ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: values(items)}
 	},
 	bookmark: func(meta metav1.ObjectMeta) *corev1.Pod { return withKind(&corev1.Pod{ObjectMeta: meta}) },
 }
@@ -66,13 +62,20 @@ var nodeResource = &resource[*corev1.Node]{
 	meta:   func(n *corev1.Node) *metav1.ObjectMeta { return &n.ObjectMeta },
 	fields: func(n *corev1.Node) fields.Set { return fields.Set{"metadata.name": n.Name} },
 	list: func(rv string, items []*corev1.Node) runtime.Object {
-		l := &corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: rv}}
-		for _, n := range items {
-			l.Items = append(l.Items, *n)
-		}
-		return l
+		return &corev1.NodeList{TypeMeta: listType("NodeList"), ListMeta: metav1.ListMeta{ResourceVersion: rv}, Items: values(items)}
 	},
 	bookmark: func(meta metav1.ObjectMeta) *corev1.Node { return withKind(&corev1.Node{ObjectMeta: meta}) },
+}
+
+func listType(kind string) metav1.TypeMeta { return metav1.TypeMeta{Kind: kind, APIVersion: "v1"} }
+
+// values are the objects items point to, as a list's Items holds them (nil for none).
+func values[E any](items []*E) []E {
+	var out []E
+	for _, p := range items {
+		out = append(out, *p)
+	}
+	return out
 }
 
 func (res *resource[T]) key(ns, name string) string {

@@ -18,6 +18,16 @@ var required = []string{
 	"limitbed-doctor",
 }
 
+// doctorHarness are the harness packages limitbed-doctor links: the container interface, the `su -`
+// launch method, exec through the API server and nvidia-smi's output, shared with the kind tier.
+// They need client-go and the standard library only; no other binary links harness code.
+var doctorHarness = map[string]bool{
+	"github.com/limitbed/limitbed/harness/sandbox": true,
+	"github.com/limitbed/limitbed/harness/launch":  true,
+	"github.com/limitbed/limitbed/harness/podexec": true,
+	"github.com/limitbed/limitbed/harness/nvsmi":   true,
+}
+
 // forbidden says why pkg (an import path) may not be linked into a production binary, or "".
 func forbidden(pkg string) string {
 	for _, p := range []struct{ prefix, why string }{
@@ -75,6 +85,10 @@ func TestProductionBinariesLinkNoTestDoubles(t *testing.T) {
 		for _, pkg := range strings.Fields(string(deps)) {
 			if why := forbidden(pkg); why != "" {
 				t.Errorf("%s links %s: %s", m, pkg, why)
+			}
+			if strings.HasPrefix(pkg, "github.com/limitbed/limitbed/harness/") &&
+				!(strings.HasSuffix(m, "/limitbed-doctor") && doctorHarness[pkg]) {
+				t.Errorf("%s links %s: harness code in a production binary", m, pkg)
 			}
 		}
 	}

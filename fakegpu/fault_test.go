@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/internal/cbuild"
 )
 
@@ -15,38 +16,38 @@ func TestFaultInjection(t *testing.T) {
 	t.Parallel()
 	t.Run("FAKEGPU_FAIL_ALLOC fails the Nth allocation", func(t *testing.T) {
 		t.Parallel()
-		h := newHost(t, "a16-16q", "FAKEGPU_FAIL_ALLOC=3")
-		got := h.probe("--mib", "1000", "--chunk-mib", "100")
+		h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_FAIL_ALLOC=3")
+		got := h.Probe("--mib", "1000", "--chunk-mib", "100")
 		if got.GrantedMiB != 200 || str(got.Error) != "CUDA_ERROR_OUT_OF_MEMORY" {
 			t.Errorf("got %+v, want 200 MiB then CUDA_ERROR_OUT_OF_MEMORY", got)
 		}
 	})
 	t.Run("FAKEGPU_LOST_DEVICE", func(t *testing.T) {
 		t.Parallel()
-		h := newHost(t, "2x-a16-16q", "FAKEGPU_LOST_DEVICE=1")
-		out, stderr, code := h.run("cudaprobe", "--device", "1", "--mib", "10")
+		h := fakegputest.NewHost(t, "2x-a16-16q", "FAKEGPU_LOST_DEVICE=1")
+		out, stderr, code := h.Run("cudaprobe", "--device", "1", "--mib", "10")
 		if code != 1 || !strings.Contains(out, `"error":"CUDA_ERROR_DEVICE_UNAVAILABLE"`) {
 			t.Errorf("cudaprobe on the lost device: exit %d %s %s", code, out, stderr)
 		}
-		if got := h.probe("--device", "0", "--mib", "10"); got.Error != nil {
+		if got := h.Probe("--device", "0", "--mib", "10"); got.Error != nil {
 			t.Errorf("the other device failed too: %+v", got)
 		}
-		inf := h.info()
+		inf := h.Info()
 		if inf.Devices[1].Error != "GPU is lost" || inf.Devices[0].Error != "" || inf.Devices[1].UUID == "" {
 			t.Errorf("gpuinfo: %+v", inf.Devices)
 		}
 	})
 	t.Run("FAKEGPU_NVML_ERROR on nvmlInit", func(t *testing.T) {
 		t.Parallel()
-		h := newHost(t, "a16-16q", "FAKEGPU_NVML_ERROR=nvmlInit_v2:NVML_ERROR_DRIVER_NOT_LOADED")
-		if _, stderr, code := h.run("gpuinfo"); code != 1 || !strings.Contains(stderr, "Driver Not Loaded") {
+		h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_NVML_ERROR=nvmlInit_v2:NVML_ERROR_DRIVER_NOT_LOADED")
+		if _, stderr, code := h.Run("gpuinfo"); code != 1 || !strings.Contains(stderr, "Driver Not Loaded") {
 			t.Errorf("gpuinfo: exit %d, %q", code, stderr)
 		}
 	})
 	t.Run("bad fault spec is a configuration error", func(t *testing.T) {
 		t.Parallel()
-		h := newHost(t, "a16-16q", "FAKEGPU_FAIL_ALLOC=zero")
-		out, stderr, code := h.run("cudaprobe", "--mib", "10")
+		h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_FAIL_ALLOC=zero")
+		out, stderr, code := h.Run("cudaprobe", "--mib", "10")
 		if code != 1 || !strings.Contains(stderr, `fakegpu: FAKEGPU_FAIL_ALLOC="zero": want N >= 1`) ||
 			!strings.Contains(out, `"error":"CUDA_ERROR_NO_DEVICE"`) {
 			t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, stderr)
@@ -63,18 +64,18 @@ func TestMalformedProfile(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newHost(t, bad)
-	out, stderr, code := h.run("cudaprobe", "--mib", "10")
+	h := fakegputest.NewHost(t, bad)
+	out, stderr, code := h.Run("cudaprobe", "--mib", "10")
 	want := "fakegpu: profile " + bad + ` line 7: unknown key "memroy_mib" (known: name uuid memory_mib`
 	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(out, `"error":"CUDA_ERROR_NO_DEVICE"`) {
 		t.Errorf("cudaprobe: exit %d\nstdout %s\nstderr %s\nwant %s", code, out, stderr, want)
 	}
-	if _, stderr, code := h.run("gpuinfo"); code != 1 || !strings.Contains(stderr, want) ||
+	if _, stderr, code := h.Run("gpuinfo"); code != 1 || !strings.Contains(stderr, want) ||
 		!strings.Contains(stderr, "Driver Not Loaded") {
 		t.Errorf("gpuinfo: exit %d: %s", code, stderr)
 	}
-	h = newHost(t, "no-such-profile")
-	if _, stderr, code := h.run("gpuinfo"); code != 1 || !strings.Contains(stderr, "no-such-profile.profile: cannot open") {
+	h = fakegputest.NewHost(t, "no-such-profile")
+	if _, stderr, code := h.Run("gpuinfo"); code != 1 || !strings.Contains(stderr, "no-such-profile.profile: cannot open") {
 		t.Errorf("missing profile: exit %d: %s", code, stderr)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 )
 
 // A program that forks before cuInit keeps every descriptor it had, with either library
@@ -15,7 +17,7 @@ import (
 // handler had closed.
 func TestPreloadForkKeepsDescriptors(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q")
+	h := fakegputest.NewHost(t, "a16-16q")
 	// bash forks for readlink (not the last command); the child's fork handlers run before it.
 	script := `exec 7<"$1"; readlink /proc/self/fd/0 /proc/self/fd/1 /proc/self/fd/2 /proc/self/fd/7; :`
 	run := func(t *testing.T, preload string) string {
@@ -31,9 +33,9 @@ func TestPreloadForkKeepsDescriptors(t *testing.T) {
 			files[name] = f
 		}
 		c := exec.Command("bash", "-c", script, "bash", files["extra"].Name())
-		c.Env = h.env
+		c.Env = h.Env
 		if preload != "" {
-			c.Env = append(c.Env, "LD_PRELOAD="+filepath.Join(h.paths.Lib, preload))
+			c.Env = append(c.Env, "LD_PRELOAD="+filepath.Join(h.Paths.Lib, preload))
 		}
 		c.Stdin, c.Stdout, c.Stderr = files["in"], files["out"], files["err"]
 		if err := c.Run(); err != nil {
@@ -53,7 +55,7 @@ func TestPreloadForkKeepsDescriptors(t *testing.T) {
 	for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libcuda.so.1 libnvidia-ml.so.1"} {
 		lib := lib
 		t.Run(strings.ReplaceAll(lib, " ", "+"), func(t *testing.T) {
-			preload := strings.ReplaceAll(lib, " ", " "+h.paths.Lib+"/")
+			preload := strings.ReplaceAll(lib, " ", " "+h.Paths.Lib+"/")
 			if got := run(t, preload); got != want {
 				t.Errorf("the forked child's descriptors 0, 1, 2, 7 under LD_PRELOAD=%s:\n%s\nwant:\n%s", lib, got, want)
 			}

@@ -155,6 +155,12 @@ func checkGPU(t *testing.T, lib nvml.Interface, d nvml.Device, index int, want w
 	if (cur == nvml.DEVICE_MIG_ENABLE) != (len(want.mig) > 0) {
 		t.Errorf("MIG mode %d with %d instances", cur, len(want.mig))
 	}
+	checkMIG(t, d, want.mig)
+}
+
+// checkMIG: the GPU's MIG handles are the profile's instances, in order, each a MIG handle of d.
+func checkMIG(t *testing.T, d nvml.Device, want []wantMIG) {
+	t.Helper()
 	max, ret := d.GetMaxMigDeviceCount()
 	must(t, "GetMaxMigDeviceCount", ret)
 	var found []wantMIG
@@ -193,12 +199,12 @@ func checkGPU(t *testing.T, lib nvml.Interface, d nvml.Device, index int, want w
 		}
 		found = append(found, w)
 	}
-	if len(found) != len(want.mig) {
-		t.Fatalf("MIG instances %+v, want %+v", found, want.mig)
+	if len(found) != len(want) {
+		t.Fatalf("MIG instances %+v, want %+v", found, want)
 	}
 	for i := range found {
-		if found[i] != want.mig[i] {
-			t.Errorf("MIG %d = %+v, want %+v", i, found[i], want.mig[i])
+		if found[i] != want[i] {
+			t.Errorf("MIG %d = %+v, want %+v", i, found[i], want[i])
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 )
 
@@ -23,9 +24,9 @@ func TestProcessListByTheReadersPID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		sandboxtest.SkipUnlessCI(t, "needs root: unshare --pid (a PID namespace, as a container's)")
 	}
-	h := newHost(t, "a16-16q")
-	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(h.paths.Bin, "cudaprobe"), "--mib", "100", "--hold-until-signal")
-	c.Env = h.env
+	h := fakegputest.NewHost(t, "a16-16q")
+	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(h.Paths.Bin, "cudaprobe"), "--mib", "100", "--hold-until-signal")
+	c.Env = h.Env
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,13 +41,13 @@ func TestProcessListByTheReadersPID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("holder: %v\nstderr: %s", err, stderr.String())
 	}
-	p := decode[probe](t, line)
+	p := fakegputest.Decode[fakegputest.Probe](t, line)
 	if p.GrantedMiB != 100 || p.PID != 1 {
 		t.Fatalf("the holder in its namespace: %+v; want 100 MiB granted to PID 1", p)
 	}
 	host := childOf(t, c.Process.Pid)
 	var listed []int
-	for _, proc := range h.info().Devices[0].Processes {
+	for _, proc := range h.Info().Devices[0].Processes {
 		listed = append(listed, proc.PID)
 		if proc.PID == host && proc.Used >= 100 {
 			return

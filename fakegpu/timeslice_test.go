@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/harness/gpuwork"
 )
 
@@ -20,22 +21,22 @@ type launchRun struct {
 }
 
 // launchprobe starts hamicore-launchprobe (no libvgpu.so: the plain driver) on the host.
-func (h *host) launchprobe(args ...string) func() launchRun {
-	h.t.Helper()
-	c := h.cmd("hamicore-launchprobe", args...)
+func launchprobe(t *testing.T, h *fakegputest.Host, args ...string) func() launchRun {
+	t.Helper()
+	c := h.Cmd("hamicore-launchprobe", args...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Start(); err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return func() launchRun {
-		h.t.Helper()
+		t.Helper()
 		var r launchRun
 		if err := c.Wait(); err != nil {
-			h.t.Fatalf("launchprobe %v: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
+			t.Fatalf("launchprobe %v: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
 		}
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.Launches == 0 {
-			h.t.Fatalf("launchprobe %v: %q: %v", args, out.String(), err)
+			t.Fatalf("launchprobe %v: %q: %v", args, out.String(), err)
 		}
 		return r
 	}
@@ -62,10 +63,10 @@ func meanAfter(w []float64, skip int) float64 {
 // the FIFO's); the exact shares are the C tests' (scripted clock) and TestSharedBenchOnFakegpu's.
 func TestTimeSlicedNeighbourIsNotQueuedBehindAFlood(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q")
-	flood := h.launchprobe("--seconds", "5", "--kernel-us", "10000")
+	h := fakegputest.NewHost(t, "a16-16q")
+	flood := launchprobe(t, h, "--seconds", "5", "--kernel-us", "10000")
 	time.Sleep(time.Second)
-	sync := h.launchprobe("--seconds", "3", "--workload", "burst", "--burst", "1", "--kernel-us", "5000")
+	sync := launchprobe(t, h, "--seconds", "3", "--workload", "burst", "--burst", "1", "--kernel-us", "5000")
 	s, f := sync(), flood()
 	t.Logf("neighbour windows %v, flooder windows %v", s.Windows, f.Windows)
 	// Windows after the neighbour's first second; the flooder's that overlap it.
@@ -84,19 +85,19 @@ func TestTimeSlicedNeighbourIsNotQueuedBehindAFlood(t *testing.T) {
 // utilisation (the last 1 s) is its busy time in fakegpu's own record over the same second.
 func TestNVMLUtilisationFollowsTheTimeline(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q")
-	short := h.launchprobe("--seconds", "4", "--kernel-us", "1000")
-	long := h.launchprobe("--seconds", "4", "--kernel-us", "10000")
+	h := fakegputest.NewHost(t, "a16-16q")
+	short := launchprobe(t, h, "--seconds", "4", "--kernel-us", "1000")
+	long := launchprobe(t, h, "--seconds", "4", "--kernel-us", "10000")
 	defer func() { short(); long() }()
 	time.Sleep(2 * time.Second)
-	tool, ctx := filepath.Join(h.paths.Bin, "gpuwork"), context.Background()
-	before, err := gpuwork.Once(ctx, tool, h.env)
+	tool, ctx := filepath.Join(h.Paths.Bin, "gpuwork"), context.Background()
+	before, err := gpuwork.Once(ctx, tool, h.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	procs := h.info().Devices[0].Processes
-	after, err := gpuwork.Once(ctx, tool, h.env)
+	procs := h.Info().Devices[0].Processes
+	after, err := gpuwork.Once(ctx, tool, h.Env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,20 +124,20 @@ func TestTimesliceAndContainerAreChecked(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{"FAKEGPU_TIMESLICE_US=9", "FAKEGPU_TIMESLICE_US=1000001", "FAKEGPU_TIMESLICE_US=1ms",
 		"FAKEGPU_CONTAINER=a b", "FAKEGPU_CONTAINER=" + strings.Repeat("x", 64), "FAKEGPU_CONTAINER=pod/ctr"} {
-		h := newHost(t, "a16-16q", v)
-		out, err := h.cmd("gpuinfo").CombinedOutput()
+		h := fakegputest.NewHost(t, "a16-16q", v)
+		out, err := h.Cmd("gpuinfo").CombinedOutput()
 		name, _, _ := strings.Cut(v, "=")
 		if err == nil || !strings.Contains(string(out), name) {
 			t.Errorf("gpuinfo with %s: err %v, output %s; want an error naming the variable", v, err, out)
 		}
 	}
-	h := newHost(t, "a16-16q", "FAKEGPU_TIMESLICE_US=2000", "FAKEGPU_CONTAINER=web-1.a_b")
-	if p := h.probe("--mib", "1"); str(p.Error) != "<nil>" {
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_TIMESLICE_US=2000", "FAKEGPU_CONTAINER=web-1.a_b")
+	if p := h.Probe("--mib", "1"); str(p.Error) != "<nil>" {
 		t.Fatalf("first process: %+v", p)
 	}
 	other := *h
-	other.env = append(append([]string{}, h.env...), "FAKEGPU_TIMESLICE_US=1000")
-	out, stderr, code := other.run("cudaprobe", "--mib", "1")
+	other.Env = append(append([]string{}, h.Env...), "FAKEGPU_TIMESLICE_US=1000")
+	out, stderr, code := other.Run("cudaprobe", "--mib", "1")
 	if code != 1 || !strings.Contains(stderr, "FAKEGPU_TIMESLICE_US") || !strings.Contains(stderr, "2000 µs") {
 		t.Errorf("a process asking for 1000 µs on a GPU running 2000: exit %d, stdout %s, stderr %s; want exit 1 naming both", code, out, stderr)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 )
 
 // Kernel launches keep the simulated engine busy: NVML utilisation rises under load, is
@@ -12,18 +14,18 @@ import (
 func TestLaunchLoadRaisesUtilisation(t *testing.T) {
 	t.Parallel()
 	// 150 launches of 10 ms: 1.5 s of work, sampled over a 500 ms window.
-	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=500")
-	if u := h.info().Devices[0].Util; u == nil || *u != 0 {
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=500")
+	if u := h.Info().Devices[0].Util; u == nil || *u != 0 {
 		t.Fatalf("idle utilisation %v, want 0", u)
 	}
-	c := h.cmd("cudaprobe", "--launch", "150", "--hold", "0.2")
+	c := h.Cmd("cudaprobe", "--launch", "150", "--hold", "0.2")
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	eventually(t, 3*time.Second, "utilisation >= 80% under load", func() (bool, string) {
-		d := h.info().Devices[0]
+		d := h.Info().Devices[0]
 		if d.Util == nil || len(d.Processes) != 1 || d.Processes[0].SMUtil == nil {
 			return false, fmt.Sprintf("%+v", d)
 		}
@@ -33,7 +35,7 @@ func TestLaunchLoadRaisesUtilisation(t *testing.T) {
 		t.Fatalf("cudaprobe: %v", err)
 	}
 	eventually(t, 3*time.Second, "utilisation back to 0 when idle", func() (bool, string) {
-		u := h.info().Devices[0].Util
+		u := h.Info().Devices[0].Util
 		return u != nil && *u == 0, fmt.Sprint(*u)
 	})
 }
@@ -43,10 +45,10 @@ func TestLaunchLoadRaisesUtilisation(t *testing.T) {
 // the engine (the time-slicing the H200 showed). The default stays exact.
 func TestPeriodicProcessSamples(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=500", "FAKEGPU_NVML_SAMPLES=periodic")
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=500", "FAKEGPU_NVML_SAMPLES=periodic")
 	var done []chan error
 	for i := 0; i < 2; i++ { // 2 × 2 s of work on one engine: both busy for ~4 s
-		c := h.cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
+		c := h.Cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -55,17 +57,17 @@ func TestPeriodicProcessSamples(t *testing.T) {
 		done = append(done, ch)
 	}
 	eventually(t, 3*time.Second, "both processes listed", func() (bool, string) {
-		d := h.info().Devices[0]
+		d := h.Info().Devices[0]
 		return len(d.Processes) == 2, fmt.Sprintf("%+v", d.Processes)
 	})
 	// Listed at once, but sampled only after a whole window of work.
-	if d := h.info().Devices[0]; len(d.Processes) == 2 && d.Processes[0].SMUtil != nil && d.Processes[1].SMUtil != nil {
+	if d := h.Info().Devices[0]; len(d.Processes) == 2 && d.Processes[0].SMUtil != nil && d.Processes[1].SMUtil != nil {
 		t.Logf("both sampled already (the first window may have passed): %v %v", *d.Processes[0].SMUtil, *d.Processes[1].SMUtil)
 	}
 	// Five readings in a row (exact shares of two equal processes hover at 50 %, which is no step).
 	var seen []string
 	eventually(t, 3*time.Second, "both sampled in 20 % steps, summing to about the whole engine, 5 times in a row", func() (bool, string) {
-		d := h.info().Devices[0]
+		d := h.Info().Devices[0]
 		if len(d.Processes) != 2 || d.Processes[0].SMUtil == nil || d.Processes[1].SMUtil == nil {
 			seen = nil
 			return false, fmt.Sprintf("%+v", d.Processes)
@@ -89,19 +91,19 @@ func TestPeriodicProcessSamples(t *testing.T) {
 // A process that has not been busy a whole window has no periodic sample yet.
 func TestPeriodicProcessSamplesNeedAWholeWindow(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=2000", "FAKEGPU_NVML_SAMPLES=periodic")
-	c := h.cmd("cudaprobe", "--launch", "100", "--hold", "0.2")
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_UTIL_WINDOW_MS=2000", "FAKEGPU_NVML_SAMPLES=periodic")
+	c := h.Cmd("cudaprobe", "--launch", "100", "--hold", "0.2")
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Wait() }()
 	eventually(t, 3*time.Second, "the process listed", func() (bool, string) {
-		d := h.info().Devices[0]
+		d := h.Info().Devices[0]
 		return len(d.Processes) == 1, fmt.Sprintf("%+v", d.Processes)
 	})
 	// 1 s of 10 ms kernels, a 2 s window: never busy a whole window, so never sampled.
 	for i := 0; i < 5; i++ {
-		if d := h.info().Devices[0]; len(d.Processes) == 1 && d.Processes[0].SMUtil != nil {
+		if d := h.Info().Devices[0]; len(d.Processes) == 1 && d.Processes[0].SMUtil != nil {
 			t.Fatalf("sampled after %d checks: %d%%, want no sample before a whole window", i, *d.Processes[0].SMUtil)
 		}
 		time.Sleep(150 * time.Millisecond)
@@ -110,8 +112,8 @@ func TestPeriodicProcessSamplesNeedAWholeWindow(t *testing.T) {
 
 func TestSamplesModeIsChecked(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q", "FAKEGPU_NVML_SAMPLES=sometimes")
-	out, err := h.cmd("gpuinfo").CombinedOutput()
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_NVML_SAMPLES=sometimes")
+	out, err := h.Cmd("gpuinfo").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "FAKEGPU_NVML_SAMPLES") || !strings.Contains(string(out), "periodic") {
 		t.Fatalf("gpuinfo with FAKEGPU_NVML_SAMPLES=sometimes: err %v, output %s; want an error naming the variable and its values", err, out)
 	}
@@ -121,20 +123,20 @@ func TestSamplesModeIsChecked(t *testing.T) {
 // boost while the device idles, and falls back to it under full load (kernels speed up alike).
 func TestPowerBoostFollowsLoad(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_POWER_BOOST=125")
-	if c := h.info().Devices[0].Clock; c == nil || *c != 1875 {
+	h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_POWER_BOOST=125")
+	if c := h.Info().Devices[0].Clock; c == nil || *c != 1875 {
 		t.Fatalf("idle SM clock %v, want 1875 MHz (1500 x 1.25)", c)
 	}
-	c := h.cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
+	c := h.Cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Wait() }()
 	eventually(t, 3*time.Second, "SM clock at the full-load 1500 MHz under load", func() (bool, string) {
-		d := h.info().Devices[0]
+		d := h.Info().Devices[0]
 		return d.Clock != nil && *d.Clock == 1500, fmt.Sprint(*d.Clock)
 	})
-	if c := newHost(t, "a16-16q").info().Devices[0].Clock; c == nil || *c != 1500 {
+	if c := fakegputest.NewHost(t, "a16-16q").Info().Devices[0].Clock; c == nil || *c != 1500 {
 		t.Fatalf("SM clock without FAKEGPU_POWER_BOOST %v, want 1500 MHz", c)
 	}
 }
@@ -142,8 +144,8 @@ func TestPowerBoostFollowsLoad(t *testing.T) {
 func TestPowerBoostIsChecked(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{"99", "401", "1.25", "fast"} {
-		h := newHost(t, "a16-16q", "FAKEGPU_POWER_BOOST="+v)
-		out, err := h.cmd("gpuinfo").CombinedOutput()
+		h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_POWER_BOOST="+v)
+		out, err := h.Cmd("gpuinfo").CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "FAKEGPU_POWER_BOOST") {
 			t.Errorf("gpuinfo with FAKEGPU_POWER_BOOST=%s: err %v, output %s; want an error naming the variable", v, err, out)
 		}

@@ -16,13 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/limitbed/limitbed/harness/doctor"
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/doctor"
 )
 
-// TestKindDoctor: limitbed doctor, through the API server like the CLI, passes a healthy pod and
+// TestKindDoctor: limitbed-doctor, through the API server like the CLI, passes a healthy pod and
 // names the planted fault of each broken one: a library from another build, no preload mount, a
 // malformed limits file, an env-mode pod reached by ssh, and a MIG pod (no library: not a fault);
 // and it passes the file-mode worker node.
@@ -43,7 +43,7 @@ func TestKindDoctor(t *testing.T) {
 		}
 		var b bytes.Buffer
 		_ = rep.WriteText(&b)
-		t.Logf("limitbed doctor --namespace %s --pod %s\n%s", pc.Namespace, pc.Name, b.String())
+		t.Logf("limitbed-doctor --namespace %s --pod %s\n%s", pc.Namespace, pc.Name, b.String())
 		return rep
 	}
 	named := func(t *testing.T, rep *doctor.Report, check string, v doctor.Verdict, mention string) {
@@ -87,7 +87,7 @@ func TestKindDoctor(t *testing.T) {
 		}
 		var b bytes.Buffer
 		_ = rep.WriteText(&b)
-		t.Logf("limitbed doctor --node %s\n%s", e.c.Worker(fileWorker), b.String())
+		t.Logf("limitbed-doctor --node %s\n%s", e.c.Worker(fileWorker), b.String())
 		for _, name := range []string{"plugin", "library", "monitor", "driver-truth"} {
 			named(t, rep, name, doctor.OK, "")
 		}

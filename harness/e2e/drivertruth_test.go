@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/limitbed/limitbed/harness/doctor"
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/launch"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/doctor"
 )
 
 // The monitor's driver-truth period in this cluster (the chart's monitor.accountingInterval) and its
@@ -63,7 +63,7 @@ func TestKindDriverTruth(t *testing.T) {
 		if running, err := b.Running(t.Context()); err != nil || !running {
 			t.Errorf("report killed the bypass (running %v, %v)", running, err)
 		}
-		// limitbed doctor --node names the container over its limit, with the driver's count
+		// limitbed-doctor --node names the container over its limit, with the driver's count
 		// beside the region's.
 		cl, err := doctor.NewAPICluster(e.c.Kubeconfig)
 		if err != nil {

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 )
 
 const sample = `{"now_ns":5000,"timeslice_ns":1024000,"units":[{"unit":0,"gpu":0,"mig":-1,"kernels":5,"work_ns":900,"busy_ns":800},` +
@@ -113,12 +112,8 @@ func FuzzParse(f *testing.F) {
 // container, of the process and of the GPU must say exactly the same; a process of another
 // container is not counted for it. Read both ways: once, and through a serving tool.
 func TestRecordsMatchTheWorkload(t *testing.T) {
-	p := cbuild.Build(t)
-	env := []string{"LD_LIBRARY_PATH=" + p.Lib, "FAKEGPU_PROFILE=a16-16q",
-		"FAKEGPU_PROFILE_DIR=" + filepath.Join(p.Root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + t.TempDir()}
-	if v := os.Getenv("ASAN_OPTIONS"); v != "" {
-		env = append(env, "ASAN_OPTIONS="+v)
-	}
+	h := fakegputest.NewHost(t, "a16-16q")
+	p, env := h.Paths, h.Env
 	tool := filepath.Join(p.Bin, "gpuwork")
 	ctx := context.Background()
 	r, err := Open(ctx, tool, env)

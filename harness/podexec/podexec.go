@@ -1,6 +1,6 @@
 // Package podexec runs a command in a pod's container through the API server, as kubectl exec
-// does. It needs client-go only, so the doctor (in the CLI) and the kind tier share it without
-// the CLI linking the kind and Helm libraries.
+// does. It needs client-go only, so the doctor (limitbed-doctor, plugin/doctor) and the kind tier
+// share it without the doctor linking the kind and Helm libraries.
 package podexec
 
 import (

@@ -70,16 +70,16 @@ func (b *hostBackend) Supports(Feature) bool { return false }
 
 func (b *hostBackend) Available(ctx context.Context) error {
 	if os.Geteuid() != 0 {
-		return unavailable("host", "needs root for mount namespaces (running as uid %d)", os.Geteuid())
+		return Unavailable("host", "needs root for mount namespaces (running as uid %d)", os.Geteuid())
 	}
 	for _, tool := range []string{"unshare", "nsenter", "chroot", "mount", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return unavailable("host", "%s not found (util-linux, coreutils)", tool)
+			return Unavailable("host", "%s not found (util-linux, coreutils)", tool)
 		}
 	}
 	out, err := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "true").CombinedOutput()
 	if err != nil {
-		return unavailable("host", "unshare --mount fails: %v: %s", err, bytes.TrimSpace(out))
+		return Unavailable("host", "unshare --mount fails: %v: %s", err, bytes.TrimSpace(out))
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func (c *hostContainer) Spawn(ctx context.Context, cmd []string, opts ExecOption
 		args = append(args, "setpriv", "--reuid="+u.uid, "--regid="+u.gid, "--init-groups")
 	}
 	args = append(args, "env", "-i", "--")
-	args = append(args, envList(base, c.spec.Env, opts.Env)...)
+	args = append(args, EnvList(base, c.spec.Env, opts.Env)...)
 	args = append(args, cmd...)
 	return exec.CommandContext(ctx, "nsenter", args...), nil
 }

@@ -36,8 +36,8 @@ func TestIntegrationHostContainer(t *testing.T) {
 	host := t.TempDir()
 	limits := filepath.Join(host, "c.limits")
 	preload := filepath.Join(host, "ld.so.preload")
-	writeFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
-	writeFile(t, preload, "") // empty: nothing preloaded, but the mount point is what is tested
+	sandboxtest.WriteFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
+	sandboxtest.WriteFile(t, preload, "") // empty: nothing preloaded, but the mount point is what is tested
 	lockDir := t.TempDir()
 	tmpProbe := filepath.Join("/tmp", "limitbed-private-tmp-"+filepath.Base(host))
 	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{

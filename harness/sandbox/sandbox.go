@@ -2,11 +2,13 @@
 // would create it from a device plugin's Allocate response (environment, bind mounts with their
 // read-only flags, devices), behind one small interface with several backends:
 //
-//   - docker: a Docker container through testcontainers-go (NewDocker);
+//   - docker: a Docker container through testcontainers-go (harness/sandbox/docker, a package of
+//     its own so that users of the interface alone, the doctor among them, link no test framework);
 //   - host: a private mount namespace on this machine with a chroot into an overlay of / (NewHost),
 //     for quick runs without Docker and for the real-GPU machines where Docker is absent.
 //
 // Implementations are unexported; constructors take a logger and return the Backend interface.
+// EnvList and Unavailable are exported for the backends outside this package.
 package sandbox
 
 import (
@@ -122,12 +124,13 @@ type unavailableError struct{ backend, reason string }
 func (e *unavailableError) Error() string        { return e.backend + ": " + e.reason }
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
 
-func unavailable(backend, format string, args ...any) error {
+// Unavailable is a backend's answer to Available: "<backend>: <reason>", matching ErrUnavailable.
+func Unavailable(backend, format string, args ...any) error {
 	return &unavailableError{backend: backend, reason: fmt.Sprintf(format, args...)}
 }
 
-// envList renders env maps in order, later maps overriding earlier ones, as KEY=VALUE sorted by key.
-func envList(maps ...map[string]string) []string {
+// EnvList renders env maps in order, later maps overriding earlier ones, as KEY=VALUE sorted by key.
+func EnvList(maps ...map[string]string) []string {
 	merged := map[string]string{}
 	for _, m := range maps {
 		for k, v := range m {

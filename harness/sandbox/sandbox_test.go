@@ -7,8 +7,8 @@ import (
 
 func TestUnavailableError(t *testing.T) {
 	t.Parallel()
-	err := unavailable("docker", "no engine answers: %s", "dial unix")
+	err := Unavailable("docker", "no engine answers: %s", "dial unix")
 	if !errors.Is(err, ErrUnavailable) || err.Error() != "docker: no engine answers: dial unix" {
-		t.Errorf("unavailable() = %q (Is ErrUnavailable: %v)", err, errors.Is(err, ErrUnavailable))
+		t.Errorf("Unavailable() = %q (Is ErrUnavailable: %v)", err, errors.Is(err, ErrUnavailable))
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/docker"
 	"github.com/limitbed/limitbed/harness/tiers"
 )
 
@@ -156,7 +157,7 @@ func dockerAvailable() bool {
 	dockerOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		dockerOK = sandbox.NewDocker(slog.New(slog.DiscardHandler)).Available(ctx) == nil
+		dockerOK = docker.New(slog.New(slog.DiscardHandler)).Available(ctx) == nil
 	})
 	return dockerOK
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/nodeimage"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/docker"
 )
 
 // Result is one probe: OK with a detail line, or the reason and the command that fixes it.
@@ -43,7 +44,7 @@ func fail(tier string, err error, fix string) Result {
 
 // Docker: the container tier and the matrix's backend.
 func Docker(ctx context.Context, logger *slog.Logger) Result {
-	if err := sandbox.NewDocker(logger).Available(ctx); err != nil {
+	if err := docker.New(logger).Available(ctx); err != nil {
 		return fail("docker", err, dockerFix())
 	}
 	return Result{Tier: "docker", OK: true, Detail: "an engine answers (container scenarios, the matrix: every launch method)"}

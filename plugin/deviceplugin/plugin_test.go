@@ -30,6 +30,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/deviceplugin"
 	"github.com/limitbed/limitbed/plugin/deviceplugin/fakekubelet"
 	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/pods"
 )
@@ -42,7 +43,7 @@ type env struct {
 	kl     *fakekubelet.Kubelet
 	kube   *fake.Clientset      // setup's fake clientset (nil with setupKube)
 	client kubernetes.Interface // the API server the plugin uses
-	lib    *gpu.MockLibrary
+	lib    *gpumock.Library
 	hook   string
 	events *recorder
 	plugin *fakekubelet.Plugin
@@ -109,7 +110,7 @@ func setupKube(t testing.TB, mod func(*deviceplugin.Options, *allocate.Options),
 	}
 	t.Cleanup(kl.Stop)
 	e := &env{t: t, ctx: ctx, kl: kl, client: kube, hook: t.TempDir(), events: &recorder{},
-		lib: gpu.NewMockLibrary(gpu.MockGPU{UUID: "GPU-a", Name: "NVIDIA A16", MemoryMiB: 16384}, gpu.MockGPU{UUID: "GPU-b", Name: "NVIDIA A16", MemoryMiB: 16384})}
+		lib: gpumock.New(gpumock.GPU{UUID: "GPU-a", Name: "NVIDIA A16", MemoryMiB: 16384}, gpumock.GPU{UUID: "GPU-b", Name: "NVIDIA A16", MemoryMiB: 16384})}
 	aopts := allocate.Options{HookPath: e.hook, LockDir: filepath.Join(e.hook, "vgpulock")}
 	opts := deviceplugin.Options{
 		ResourceName: "nvidia.com/gpu", PluginDir: dir, SocketName: "vgpu.sock", KubeletSocket: kl.Socket,

@@ -1,6 +1,6 @@
 // Package gpu discovers GPUs and watches their health through NVML. All
 // access goes through go-nvml's nvml.Interface, so the real driver, fakegpu's
-// libnvidia-ml.so.1 (selected by library path) and go-nvml's mock all work.
+// libnvidia-ml.so.1 (selected by library path) and the test double in gpumock all work.
 package gpu
 
 import (

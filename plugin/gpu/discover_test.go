@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 )
 
 func TestDevices(t *testing.T) {
-	lib := NewMockLibrary(
-		MockGPU{UUID: "GPU-a", Name: "NVIDIA A16", MemoryMiB: 16384},
-		MockGPU{UUID: "GPU-b", Name: "NVIDIA A100", MemoryMiB: 40960, MIG: []string{"MIG-b1", "MIG-b2"}},
+	lib := gpumock.New(
+		gpumock.GPU{UUID: "GPU-a", Name: "NVIDIA A16", MemoryMiB: 16384},
+		gpumock.GPU{UUID: "GPU-b", Name: "NVIDIA A100", MemoryMiB: 40960, MIG: []string{"MIG-b1", "MIG-b2"}},
 	)
 	devs, err := (&Discoverer{Lib: lib}).Devices()
 	if err != nil {
@@ -38,7 +40,7 @@ func TestDevices(t *testing.T) {
 }
 
 func TestDevicesInitFailure(t *testing.T) {
-	lib := NewMockLibrary()
+	lib := gpumock.New()
 	lib.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
 	_, err := (&Discoverer{Lib: lib}).Devices()
 	var re ReturnError
@@ -48,7 +50,7 @@ func TestDevicesInitFailure(t *testing.T) {
 }
 
 func TestWatchHealth(t *testing.T) {
-	lib := NewMockLibrary(MockGPU{UUID: "GPU-a"}, MockGPU{UUID: "GPU-b"})
+	lib := gpumock.New(gpumock.GPU{UUID: "GPU-a"}, gpumock.GPU{UUID: "GPU-b"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := make(chan string, 4)
@@ -90,10 +92,10 @@ func TestHealthPollFallback(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			lib := NewMockLibrary(MockGPU{UUID: "GPU-a"}, MockGPU{UUID: "GPU-b"})
+			lib := gpumock.New(gpumock.GPU{UUID: "GPU-a"}, gpumock.GPU{UUID: "GPU-b"})
 			var lost atomic.Bool
 			var polls atomic.Int64
-			b := lib.devs["GPU-b"]
+			b := lib.Device("GPU-b")
 			b.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 				polls.Add(1)
 				if lost.Load() {

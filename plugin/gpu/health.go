@@ -48,113 +48,160 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, uuids []string, unheal
 // Watch sends the UUID of each GPU found unhealthy on unhealthy until ctx
 // ends. It owns an NVML reference for its lifetime.
 func (w *HealthWatcher) Watch(ctx context.Context, uuids []string, unhealthy chan<- string) error {
-	lib := w.Lib
 	interval := w.PollInterval
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
-	if ret := lib.Init(); ret != nvml.SUCCESS {
+	if ret := w.Lib.Init(); ret != nvml.SUCCESS {
 		return fmt.Errorf("nvml init: %w", nvmlError(ret))
 	}
-	defer lib.Shutdown()
+	defer w.Lib.Shutdown()
+	handles, err := deviceHandles(w.Lib, uuids)
+	if err != nil {
+		return err
+	}
+	set, polled, err := registerXIDs(w.Lib, handles, uuids)
+	if err != nil {
+		return err
+	}
+	if set != nil {
+		defer set.Free()
+	}
+	h := &healthWatch{ctx: ctx, handles: handles, unhealthy: unhealthy, lost: map[string]bool{},
+		set: set, polled: polled, interval: interval}
+	if !h.poll(uuids) {
+		return nil
+	}
+	return h.loop()
+}
+
+// deviceHandles looks every GPU up by UUID.
+func deviceHandles(lib nvml.Interface, uuids []string) (map[string]nvml.Device, error) {
 	handles := make(map[string]nvml.Device, len(uuids))
 	for _, u := range uuids {
 		h, ret := lib.DeviceGetHandleByUUID(u)
 		if ret != nvml.SUCCESS {
-			return fmt.Errorf("nvml device %s: %w", u, nvmlError(ret))
+			return nil, fmt.Errorf("nvml device %s: %w", u, nvmlError(ret))
 		}
 		handles[u] = h
 	}
+	return handles, nil
+}
 
-	var polled []string
+// registerXIDs returns an event set with every GPU registered for critical XIDs that can be
+// (nil when the driver has no event sets), and the GPUs that must be polled instead.
+func registerXIDs(lib nvml.Interface, handles map[string]nvml.Device, uuids []string) (nvml.EventSet, []string, error) {
 	set, ret := lib.EventSetCreate()
 	switch ret {
 	case nvml.SUCCESS:
-		defer set.Free()
-		for _, u := range uuids {
-			ret := handles[u].RegisterEvents(nvml.EventTypeXidCriticalError, set)
-			if ret == nvml.ERROR_NOT_SUPPORTED {
-				polled = append(polled, u)
-				continue
-			}
-			if ret != nvml.SUCCESS {
-				return fmt.Errorf("nvml register events for %s: %w", u, nvmlError(ret))
-			}
-		}
 	case nvml.ERROR_NOT_SUPPORTED:
-		set, polled = nil, uuids
+		return nil, uuids, nil
 	default:
-		return fmt.Errorf("nvml event set: %w", nvmlError(ret))
+		return nil, nil, fmt.Errorf("nvml event set: %w", nvmlError(ret))
 	}
+	var polled []string
+	for _, u := range uuids {
+		ret := handles[u].RegisterEvents(nvml.EventTypeXidCriticalError, set)
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			polled = append(polled, u)
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			set.Free()
+			return nil, nil, fmt.Errorf("nvml register events for %s: %w", u, nvmlError(ret))
+		}
+	}
+	return set, polled, nil
+}
 
-	send := func(u string) bool {
-		select {
-		case unhealthy <- u:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	lost := map[string]bool{}
-	poll := func(which []string) bool {
-		for _, u := range which {
-			if lost[u] {
-				continue
-			}
-			if _, ret := handles[u].GetMemoryInfo(); ret == nvml.ERROR_GPU_IS_LOST {
-				lost[u] = true
-				if !send(u) {
-					return false
-				}
-			}
-		}
+// healthWatch is one Watch's state: the events it waits for and the GPUs it polls.
+type healthWatch struct {
+	ctx       context.Context
+	handles   map[string]nvml.Device
+	unhealthy chan<- string
+	lost      map[string]bool // polled GPUs already reported: a lost GPU is reported once
+	set       nvml.EventSet   // nil: every GPU is polled
+	polled    []string
+	interval  time.Duration
+	next      time.Time // the next poll
+}
+
+// send reports u; false when ctx ended first.
+func (h *healthWatch) send(u string) bool {
+	select {
+	case h.unhealthy <- u:
 		return true
+	case <-h.ctx.Done():
+		return false
 	}
+}
 
-	if !poll(uuids) {
-		return nil
+// poll reports each GPU of which that NVML finds lost and was not reported yet; false when ctx
+// ended.
+func (h *healthWatch) poll(which []string) bool {
+	for _, u := range which {
+		if h.lost[u] {
+			continue
+		}
+		if _, ret := h.handles[u].GetMemoryInfo(); ret == nvml.ERROR_GPU_IS_LOST {
+			h.lost[u] = true
+			if !h.send(u) {
+				return false
+			}
+		}
 	}
-	next := time.Now().Add(interval)
-	for ctx.Err() == nil {
-		if len(polled) > 0 && !time.Now().Before(next) {
-			if !poll(polled) {
+	return true
+}
+
+// loop polls every interval and, between polls, waits for XID events, until ctx ends.
+func (h *healthWatch) loop() error {
+	h.next = time.Now().Add(h.interval)
+	for h.ctx.Err() == nil {
+		if len(h.polled) > 0 && !time.Now().Before(h.next) {
+			if !h.poll(h.polled) {
 				return nil
 			}
-			next = time.Now().Add(interval)
+			h.next = time.Now().Add(h.interval)
 		}
-		if set == nil {
-			t := time.NewTimer(time.Until(next))
+		if h.set == nil {
+			t := time.NewTimer(time.Until(h.next))
 			select {
-			case <-ctx.Done():
+			case <-h.ctx.Done():
 				t.Stop()
 				return nil
 			case <-t.C:
 			}
 			continue
 		}
-		wait := uint32(eventWaitMillis)
-		if len(polled) > 0 {
-			if ms := time.Until(next).Milliseconds(); ms < int64(wait) {
-				wait = uint32(max(ms, 1))
-			}
-		}
-		ev, ret := set.Wait(wait)
-		if ret == nvml.ERROR_TIMEOUT {
-			continue
-		}
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("nvml wait for events: %w", nvmlError(ret))
-		}
-		if ev.EventType != nvml.EventTypeXidCriticalError || applicationXIDs[ev.EventData] {
-			continue
-		}
-		uuid, ret := ev.Device.GetUUID()
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		if !send(uuid) {
-			return nil
+		if ok, err := h.event(); err != nil || !ok {
+			return err
 		}
 	}
 	return nil
+}
+
+// event waits for one XID event, at most until the next poll, and reports its GPU unless the XID
+// is the application's; false when ctx ended while reporting.
+func (h *healthWatch) event() (bool, error) {
+	wait := uint32(eventWaitMillis)
+	if len(h.polled) > 0 {
+		if ms := time.Until(h.next).Milliseconds(); ms < int64(wait) {
+			wait = uint32(max(ms, 1))
+		}
+	}
+	ev, ret := h.set.Wait(wait)
+	if ret == nvml.ERROR_TIMEOUT {
+		return true, nil
+	}
+	if ret != nvml.SUCCESS {
+		return false, fmt.Errorf("nvml wait for events: %w", nvmlError(ret))
+	}
+	if ev.EventType != nvml.EventTypeXidCriticalError || applicationXIDs[ev.EventData] {
+		return true, nil
+	}
+	uuid, ret := ev.Device.GetUUID()
+	if ret != nvml.SUCCESS {
+		return true, nil
+	}
+	return h.send(uuid), nil
 }

@@ -106,6 +106,23 @@ func TestDoctorReportsProbes(t *testing.T) {
 	}
 }
 
+// TestDoctorLiveFlagsAreLimitbedDoctor: with flags, limitbed doctor is limitbed-doctor's command
+// line (plugin/doctor.CLI; its modes are tested with plugin/cmd/limitbed-doctor): a flag without a
+// target is the same usage error, and -h shows both the probe and the live modes.
+func TestDoctorLiveFlagsAreLimitbedDoctor(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"doctor", "--json"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "need --pod or --node") {
+		t.Errorf("doctor --json: exit %d, stderr %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"doctor", "-h"}, &out, &errb); code != 0 ||
+		!strings.Contains(errb.String(), "which test tiers this machine can run") ||
+		!strings.Contains(errb.String(), "limitbed doctor --node NODE") {
+		t.Errorf("doctor -h: exit %d, usage %s", code, errb.String())
+	}
+}
+
 // TestMatrixScriptWithoutEngine: without root and without a Docker engine, make matrix's script
 // installs nothing and stops with exit 2 and the command that fixes it, instead of reporting every
 // cell as a mismatch. As root the test drops to nobody; DOCKER_HOST points at no engine.

@@ -12,6 +12,7 @@ import (
 	"github.com/limitbed/limitbed/harness/matrix"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/docker"
 )
 
 func runMatrix(ctx context.Context, env *cliEnv, args []string) error {
@@ -171,7 +172,7 @@ func matrixBackend(ctx context.Context, env *cliEnv, want string, ms []launch.Me
 	default:
 		return nil, fmt.Errorf("backend %q: the matrix runs on docker", want)
 	}
-	if err := sandbox.NewDocker(env.logger).Available(ctx); err != nil {
+	if err := docker.New(env.logger).Available(ctx); err != nil {
 		return nil, fmt.Errorf("the matrix needs a Docker engine: %w\n%s", err, dockerFix())
 	}
 	b, err := node.SelectBackend(ctx, env.logger, "docker")

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/docker"
 )
 
 // BackendEnv chooses the backend: "docker", "host", or unset for the best available.
@@ -22,11 +23,11 @@ func SelectBackend(ctx context.Context, logger *slog.Logger, want string) (sandb
 	var b sandbox.Backend
 	switch want {
 	case "docker":
-		b = sandbox.NewDocker(logger)
+		b = docker.New(logger)
 	case "host":
 		b = sandbox.NewHost(logger, "")
 	case "":
-		d := sandbox.NewDocker(logger)
+		d := docker.New(logger)
 		derr := d.Available(ctx)
 		if derr == nil {
 			b = d

@@ -37,6 +37,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/deviceplugin"
 	"github.com/limitbed/limitbed/plugin/deviceplugin/fakekubelet"
 	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/pods"
 )
@@ -126,7 +127,7 @@ type Node struct {
 	cfg      Config
 	HookPath string // HOOK_PATH: <Dir>/hook
 	StateDir string // host side of the fake driver's shared device state
-	gpus     []gpu.MockGPU
+	gpus     []gpumock.GPU
 	kube     kubernetes.Interface
 	api      *fakeapi.Server // the external plugin's API server; nil in process
 	ds       *daemonSet      // the external plugin's mount namespace; nil in process
@@ -284,7 +285,7 @@ func (n *Node) startInProcess(ctx context.Context, k *fakekubelet.Kubelet, dpDir
 		SocketName:    pluginSocket,
 		KubeletSocket: k.Socket,
 		SplitCount:    n.cfg.SplitCount,
-		Devices:       &gpu.Discoverer{Lib: gpu.NewMockLibrary(n.gpus...)},
+		Devices:       &gpu.Discoverer{Lib: gpumock.New(n.gpus...)},
 		Pods:          &pods.Client{Kube: n.kube, NodeName: Name},
 		Allocator:     alloc,
 		Delivery:      layers,
@@ -390,7 +391,7 @@ func (n *Node) Close() {
 func (n *Node) Kube() kubernetes.Interface { return n.kube }
 
 // GPUs are the node's GPUs, as the profile describes them.
-func (n *Node) GPUs() []gpu.MockGPU { return n.gpus }
+func (n *Node) GPUs() []gpumock.GPU { return n.gpus }
 
 // Config is the configuration the node was started with.
 func (n *Node) Config() Config { return n.cfg }

@@ -7,21 +7,21 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/limitbed/limitbed/plugin/gpu"
+	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 )
 
 // ReadProfile reads the devices of a fakegpu profile (fakegpu/profiles/*.profile) as the plugin
 // discovers them: one GPU per "device = N" block, its MIG instances when "mig_mode = enabled".
 // Only the keys discovery needs are read; fakegpu itself remains the authority on the format.
-func ReadProfile(path string) ([]gpu.MockGPU, error) {
+func ReadProfile(path string) ([]gpumock.GPU, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read fakegpu profile: %w", err)
 	}
 	defer f.Close()
-	var gpus []gpu.MockGPU
+	var gpus []gpumock.GPU
 	var migEnabled []bool
-	cur := func() *gpu.MockGPU {
+	cur := func() *gpumock.GPU {
 		if len(gpus) == 0 {
 			return nil
 		}
@@ -36,7 +36,7 @@ func ReadProfile(path string) ([]gpu.MockGPU, error) {
 		}
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
 		if key == "device" {
-			gpus = append(gpus, gpu.MockGPU{})
+			gpus = append(gpus, gpumock.GPU{})
 			migEnabled = append(migEnabled, false)
 			continue
 		}

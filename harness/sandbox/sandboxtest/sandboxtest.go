@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/harness/sandbox/docker"
 )
 
 // Logger returns a logger that writes to the test log (debug level with LIMITBED_DEBUG=1).
@@ -45,7 +46,7 @@ func SkipUnlessCI(tb testing.TB, reason string) {
 // Docker returns the docker backend, with the workload image built.
 func Docker(tb testing.TB) sandbox.Backend {
 	tb.Helper()
-	b := sandbox.NewDocker(Logger(tb))
+	b := docker.New(Logger(tb))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Available(ctx); err != nil {
@@ -111,4 +112,12 @@ func Start(tb testing.TB, b sandbox.Backend, spec sandbox.ContainerSpec) sandbox
 		}
 	})
 	return c
+}
+
+// WriteFile writes content to path (mode 0644) or fails the test: a host file a container mounts.
+func WriteFile(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
 }

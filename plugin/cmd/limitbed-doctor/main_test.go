@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -15,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/limitbed/limitbed/harness/doctor"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/doctor"
 )
 
 // bareCluster has a node and nothing of the chart: every exec and proxy fails.
@@ -30,6 +29,8 @@ func (b bareCluster) ProxyGet(context.Context, string, string, string, string) (
 	return nil, errors.New("no proxy in this test")
 }
 
+// TestDoctorLiveModes: flags that do not go together, a cluster that cannot be reached and a
+// missing pod exit 2 naming the cause; a failed check exits 1 with the report (text or JSON).
 func TestDoctorLiveModes(t *testing.T) {
 	connect := func(kubeconfig string) (doctor.Cluster, error) {
 		if kubeconfig == "/nonexistent" {
@@ -45,6 +46,7 @@ func TestDoctorLiveModes(t *testing.T) {
 	}{
 		{"pod without namespace", []string{"--pod", "p"}, 2, "--pod needs --namespace"},
 		{"pod and node", []string{"--namespace", "n", "--pod", "p", "--node", "n1"}, 2, "not both"},
+		{"no target", nil, 2, "give --namespace N --pod P, or --node NODE"},
 		{"json alone", []string{"--json"}, 2, "need --pod or --node"},
 		{"container with node", []string{"--node", "n1", "--container", "c"}, 2, "--container and --gpu-tool go with --pod"},
 		{"extra argument", []string{"--node", "n1", "x"}, 2, "unexpected arguments"},
@@ -56,17 +58,7 @@ func TestDoctorLiveModes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			env := &cliEnv{stdout: &out, stderr: &errb, logger: slog.New(slog.DiscardHandler)}
-			err := doctorMain(context.Background(), env, tc.args, connect)
-			code := 0
-			if err != nil {
-				code = 1
-				var ee *exitError
-				if errors.As(err, &ee) {
-					code = ee.code
-				}
-				errb.WriteString(err.Error())
-			}
+			code := run(context.Background(), tc.args, &out, &errb, connect)
 			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.mention) {
 				t.Fatalf("exit %d, want %d naming %q\nstdout: %s\nstderr: %s", code, tc.code, tc.mention, out.String(), errb.String())
 			}

@@ -1,4 +1,8 @@
-package gpu
+// Package gpumock is a test double of NVML for the device plugin: go-nvml's mock package wired
+// to a list of GPUs, with XID events on demand. It lives apart from plugin/gpu so that no
+// production binary links it (plugin/cmd's TestProductionBinariesLinkNoTestDoubles holds that);
+// the plugin's tests and the harness's in-process simulated node use it.
+package gpumock
 
 import (
 	"fmt"
@@ -8,8 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
-// MockGPU describes one GPU of a mock NVML.
-type MockGPU struct {
+// GPU describes one GPU of a mock NVML.
+type GPU struct {
 	UUID      string
 	Name      string
 	MemoryMiB uint64
@@ -17,19 +21,19 @@ type MockGPU struct {
 	MIG []string
 }
 
-// MockLibrary is an nvml.Interface backed by go-nvml's mock package, for
+// Library is an nvml.Interface backed by go-nvml's mock package, for
 // tests of the plugin without a driver. Xid injects a critical XID event
-// for a GPU; WatchHealth receives it.
-type MockLibrary struct {
+// for a GPU; gpu.WatchHealth receives it.
+type Library struct {
 	*mock.Interface
 	events chan nvml.EventData
 	devs   map[string]*mock.Device
 	mu     sync.Mutex
 }
 
-// NewMockLibrary returns a mock NVML with the given GPUs.
-func NewMockLibrary(gpus ...MockGPU) *MockLibrary {
-	m := &MockLibrary{events: make(chan nvml.EventData, 16), devs: map[string]*mock.Device{}}
+// New returns a mock NVML with the given GPUs.
+func New(gpus ...GPU) *Library {
+	m := &Library{events: make(chan nvml.EventData, 16), devs: map[string]*mock.Device{}}
 	handles := make([]nvml.Device, len(gpus))
 	for i, g := range gpus {
 		d := device(g.UUID, g.Name, g.MemoryMiB)
@@ -84,7 +88,7 @@ func NewMockLibrary(gpus ...MockGPU) *MockLibrary {
 }
 
 // Xid queues a critical XID event for the GPU with uuid.
-func (m *MockLibrary) Xid(uuid string, xid uint64) error {
+func (m *Library) Xid(uuid string, xid uint64) error {
 	d, ok := m.devs[uuid]
 	if !ok {
 		return fmt.Errorf("mock nvml: no GPU %s", uuid)
@@ -92,6 +96,10 @@ func (m *MockLibrary) Xid(uuid string, xid uint64) error {
 	m.events <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: xid}
 	return nil
 }
+
+// Device returns the mock device of the GPU with uuid (nil if none), for a test to replace one of
+// its functions before the code under test runs.
+func (m *Library) Device(uuid string) *mock.Device { return m.devs[uuid] }
 
 func device(uuid, name string, memMiB uint64) *mock.Device {
 	return &mock.Device{

@@ -3,6 +3,12 @@
 // the library inside the container, the limits file and the environment, the usage region, and
 // what an exec session and a login session see. Each check is a function over Cluster, so the
 // checklist runs against client-go's fake clientset and fake containers in tests.
+//
+// It is the operator's tool (limitbed-doctor, plugin/cmd/limitbed-doctor), run against production
+// clusters, so it links no test framework: it execs through the API server (harness/podexec) behind
+// harness/sandbox's container interface, so that harness/launch's `su -` method opens its login
+// sessions as the harness's own tiers do; those packages need client-go and the standard library
+// only (plugin/cmd's TestProductionBinariesLinkNoTestDoubles holds the binary to it).
 package doctor
 
 import (

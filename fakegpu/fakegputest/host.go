@@ -1,4 +1,10 @@
-package fakegpu_test
+// Package fakegputest is a simulated GPU machine for tests: fakegpu's libraries and tools built
+// (internal/cbuild), a device profile and a state directory that every process started through
+// the Host shares, as the processes of one machine share its GPUs; and the JSON lines of cudaprobe
+// and gpuinfo --json (fakegpu/tools) decoded. fakegpu's own Go tests (fakegpu/*_test.go: go-nvml
+// in process, the tools as separate processes) and the harness's tests use it. It is a test
+// helper: no production binary links it (plugin/cmd's TestProductionBinariesLinkNoTestDoubles).
+package fakegputest
 
 import (
 	"bufio"
@@ -10,13 +16,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
 )
 
-// probe is cudaprobe's JSON line.
-type probe struct {
+// Probe is cudaprobe's JSON line.
+type Probe struct {
 	RequestedMiB int     `json:"requested_mib"`
 	GrantedMiB   int     `json:"granted_mib"`
 	Error        *string `json:"error"`
@@ -32,8 +37,8 @@ type probe struct {
 	Driver       int     `json:"driver_version"`
 }
 
-// info is gpuinfo --json.
-type info struct {
+// Info is gpuinfo --json.
+type Info struct {
 	DriverVersion string `json:"driver_version"`
 	CUDAVersion   int    `json:"cuda_version"`
 	Devices       []struct {
@@ -61,14 +66,19 @@ type info struct {
 	} `json:"devices"`
 }
 
-// host is one simulated machine: a profile and a state directory that its processes share.
-type host struct {
-	t     *testing.T
-	paths cbuild.Paths
-	env   []string
+// Host is one simulated machine: a profile and a state directory that its processes share.
+type Host struct {
+	t testing.TB
+	// Paths are the C build's.
+	Paths cbuild.Paths
+	// Env is every process's environment: the libraries' path, the profile, the state
+	// directory, PATH (and ASAN_OPTIONS when set), then the extra variables of NewHost.
+	Env []string
 }
 
-func newHost(t *testing.T, profile string, extra ...string) *host {
+// NewHost builds fakegpu and returns a machine of profile (a name in fakegpu/profiles) with a fresh
+// state directory; extra ("NAME=value") is added to every process's environment.
+func NewHost(t testing.TB, profile string, extra ...string) *Host {
 	t.Helper()
 	p := cbuild.Build(t)
 	env := []string{
@@ -81,19 +91,20 @@ func newHost(t *testing.T, profile string, extra ...string) *host {
 	if v := os.Getenv("ASAN_OPTIONS"); v != "" {
 		env = append(env, "ASAN_OPTIONS="+v)
 	}
-	return &host{t: t, paths: p, env: append(env, extra...)}
+	return &Host{t: t, Paths: p, Env: append(env, extra...)}
 }
 
-func (h *host) cmd(tool string, args ...string) *exec.Cmd {
-	c := exec.Command(filepath.Join(h.paths.Bin, tool), args...)
-	c.Env = h.env
+// Cmd is tool (a fakegpu tool of the build) with args, in the machine's environment, not started.
+func (h *Host) Cmd(tool string, args ...string) *exec.Cmd {
+	c := exec.Command(filepath.Join(h.Paths.Bin, tool), args...)
+	c.Env = h.Env
 	return c
 }
 
-// run runs a tool to completion: stdout, stderr, exit code (a signal death fails the test).
-func (h *host) run(tool string, args ...string) (string, string, int) {
+// Run runs a tool to completion: stdout, stderr, exit code (a signal death fails the test).
+func (h *Host) Run(tool string, args ...string) (string, string, int) {
 	h.t.Helper()
-	c := h.cmd(tool, args...)
+	c := h.Cmd(tool, args...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	err := c.Run()
@@ -110,28 +121,31 @@ func (h *host) run(tool string, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-func (h *host) probe(args ...string) probe {
+// Probe runs cudaprobe with args and returns its JSON line; a non-zero exit fails the test.
+func (h *Host) Probe(args ...string) Probe {
 	h.t.Helper()
-	out, stderr, code := h.run("cudaprobe", args...)
+	out, stderr, code := h.Run("cudaprobe", args...)
 	if code != 0 {
 		h.t.Fatalf("cudaprobe %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, stderr)
 	}
-	return decode[probe](h.t, out)
+	return Decode[Probe](h.t, out)
 }
 
-func (h *host) info() info {
+// Info runs gpuinfo --json; a non-zero exit fails the test.
+func (h *Host) Info() Info {
 	h.t.Helper()
-	out, stderr, code := h.run("gpuinfo", "--json")
+	out, stderr, code := h.Run("gpuinfo", "--json")
 	if code != 0 {
 		h.t.Fatalf("gpuinfo: exit %d: %s", code, stderr)
 	}
-	return decode[info](h.t, out)
+	return Decode[Info](h.t, out)
 }
 
-// hold starts a cudaprobe that keeps its memory until killed; returns it and its JSON line.
-func (h *host) hold(args ...string) (*exec.Cmd, probe) {
+// Hold starts a cudaprobe that keeps its memory until killed (at the test's end at the latest);
+// returns it and its JSON line.
+func (h *Host) Hold(args ...string) (*exec.Cmd, Probe) {
 	h.t.Helper()
-	c := h.cmd("cudaprobe", append(args, "--hold-until-signal")...)
+	c := h.Cmd("cudaprobe", append(args, "--hold-until-signal")...)
 	out, err := c.StdoutPipe()
 	if err != nil {
 		h.t.Fatal(err)
@@ -146,37 +160,15 @@ func (h *host) hold(args ...string) (*exec.Cmd, probe) {
 	if err != nil {
 		h.t.Fatalf("holder: %v\nstderr: %s", err, stderr.String())
 	}
-	return c, decode[probe](h.t, line)
+	return c, Decode[Probe](h.t, line)
 }
 
-func decode[T any](t *testing.T, s string) T {
+// Decode decodes one JSON line (surrounding space ignored) or fails the test.
+func Decode[T any](t testing.TB, s string) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal([]byte(strings.TrimSpace(s)), &v); err != nil {
 		t.Fatalf("decode %q: %v", s, err)
 	}
 	return v
-}
-
-func str(p *string) string {
-	if p == nil {
-		return "<nil>"
-	}
-	return *p
-}
-
-// eventually polls cond every 50 ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v (last: %s)", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -1,6 +1,6 @@
 //go:build !nointegration
 
-package sandbox_test
+package docker_test
 
 import (
 	"context"
@@ -36,8 +36,8 @@ func TestIntegrationDockerContainer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeFile(t, filepath.Join(roDir, "hello"), "hello from the host\n")
-	writeFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
+	sandboxtest.WriteFile(t, filepath.Join(roDir, "hello"), "hello from the host\n")
+	sandboxtest.WriteFile(t, limits, "CUDA_DEVICE_MEMORY_LIMIT_0=3000m\n")
 
 	name := sandboxtest.Name(t)
 	c := sandboxtest.Start(t, b, sandbox.ContainerSpec{
@@ -103,12 +103,5 @@ func TestIntegrationDockerContainer(t *testing.T) {
 	}
 	if _, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
 		t.Errorf("container %s still exists after Stop", name)
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

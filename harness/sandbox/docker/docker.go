@@ -1,4 +1,6 @@
-package sandbox
+// Package docker is harness/sandbox's Docker backend: containers through testcontainers-go, apart
+// from the interface so that only what starts Docker containers links testcontainers-go.
+package docker
 
 import (
 	"bytes"
@@ -14,13 +16,15 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
-// NewDocker returns the docker backend: containers through testcontainers-go on the engine that
+// New returns the docker backend: containers through testcontainers-go on the engine that
 // DOCKER_HOST (or the default socket) names. The reaper (Ryuk) is disabled unless the environment
 // says otherwise: its image cannot be pulled where no registry is reachable, and Stop removes the
 // container itself.
-func NewDocker(logger *slog.Logger) Backend {
+func New(logger *slog.Logger) sandbox.Backend {
 	if _, set := os.LookupEnv("TESTCONTAINERS_RYUK_DISABLED"); !set {
 		// testcontainers-go reads its configuration from the environment once, at first use.
 		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -32,28 +36,28 @@ type dockerBackend struct {
 	logger *slog.Logger
 }
 
-var _ Backend = (*dockerBackend)(nil)
+var _ sandbox.Backend = (*dockerBackend)(nil)
 
-func (b *dockerBackend) Name() string            { return "docker" }
-func (b *dockerBackend) Supports(f Feature) bool { return dockerFeature(f) }
+func (b *dockerBackend) Name() string                    { return "docker" }
+func (b *dockerBackend) Supports(f sandbox.Feature) bool { return dockerFeature(f) }
 
 func (b *dockerBackend) Available(ctx context.Context) error {
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
-		return unavailable("docker", "no engine answers: %v", err)
+		return sandbox.Unavailable("docker", "no engine answers: %v", err)
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
-		return unavailable("docker", "no engine answers: %v", err)
+		return sandbox.Unavailable("docker", "no engine answers: %v", err)
 	}
 	return nil
 }
 
 // Start creates the container as a runtime would from an Allocate response: the environment, bind
 // mounts with their read-only flags and device nodes, unprivileged, default capabilities.
-func (b *dockerBackend) Start(ctx context.Context, spec ContainerSpec) (Container, error) {
+func (b *dockerBackend) Start(ctx context.Context, spec sandbox.ContainerSpec) (sandbox.Container, error) {
 	binds, err := dockerBinds(spec.Mounts)
 	if err != nil {
 		return nil, fmt.Errorf("docker: container %s: %w", spec.Name, err)
@@ -96,7 +100,7 @@ func (b *dockerBackend) Start(ctx context.Context, spec ContainerSpec) (Containe
 
 // dockerBinds renders mounts in the HostConfig.Binds form. Binds (not the Mounts API) because, like
 // containerd's CRI plugin, they create a missing host directory instead of failing.
-func dockerBinds(mounts []Mount) ([]string, error) {
+func dockerBinds(mounts []sandbox.Mount) ([]string, error) {
 	binds := make([]string, 0, len(mounts))
 	for _, m := range mounts {
 		if strings.Contains(m.HostPath, ":") || strings.Contains(m.ContainerPath, ":") {
@@ -111,7 +115,7 @@ func dockerBinds(mounts []Mount) ([]string, error) {
 	return binds, nil
 }
 
-func dockerDevices(devs []Device) []container.DeviceMapping {
+func dockerDevices(devs []sandbox.Device) []container.DeviceMapping {
 	out := make([]container.DeviceMapping, 0, len(devs))
 	for _, d := range devs {
 		perm := d.Permissions
@@ -133,7 +137,7 @@ type dockerContainer struct {
 	stopErr  error
 }
 
-var _ Container = (*dockerContainer)(nil)
+var _ sandbox.Container = (*dockerContainer)(nil)
 
 func (c *dockerContainer) Backend() string { return "docker" }
 
@@ -143,10 +147,12 @@ func (c *dockerContainer) Addr() string      { return c.addr }
 
 // Supports: the workload image runs sshd and cron; other images may not, which the launch method
 // then reports when the daemon does not answer.
-func (c *dockerContainer) Supports(f Feature) bool { return dockerFeature(f) }
+func (c *dockerContainer) Supports(f sandbox.Feature) bool { return dockerFeature(f) }
 
 // dockerFeature: the workload image runs sshd and cron.
-func dockerFeature(f Feature) bool { return f == FeatureSSH || f == FeatureCron }
+func dockerFeature(f sandbox.Feature) bool {
+	return f == sandbox.FeatureSSH || f == sandbox.FeatureCron
+}
 
 func (c *dockerContainer) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	rc, err := c.tc.CopyFileFromContainer(ctx, path)

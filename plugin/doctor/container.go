@@ -147,52 +147,77 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 		return fail(name, err.Error(), "", "")
 	}
 	if !found {
-		if r.mode == v1.LimitDeliveryEnv {
-			// The kubelet keeps the pod spec's value over the plugin's, so in env mode a spec
-			// that sets a limit variable itself is its own limit (docs/attacks.md).
-			for i, dv := range r.devs {
-				key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
-				if got, err := limitsfile.ParseMemory(r.env[key]); err != nil || got != uint64(dv.UsedMem)<<20 {
-					return fail(name, fmt.Sprintf("env mode: the environment has %s=%q, the scheduler assigned %d MiB", key, r.env[key], dv.UsedMem),
-						"the pod spec sets the limit variable itself, and in env mode the kubelet keeps the spec's value over the plugin's",
-						"remove "+key+" from the container spec, or run the pod in file mode, where the file wins")
-				}
-			}
-			return warn(name, "env mode: no "+containerLimitsFile+"; the limits are in the environment only",
-				"login sessions (ssh, su -, sudo, cron) start without the environment and run unlimited", "switch the pod to file mode (see delivery) and recreate it")
-		}
-		return fail(name, containerLimitsFile+" does not exist in file mode",
-			"the plugin that allocated the pod did not write the file (an older plugin, or a pod older than file mode)", "recreate the pod")
+		return r.noLimitsFile(name)
 	}
 	if ro, found := mountReadOnly(ctx, r.c, containerLimitsFile); found && !ro {
 		return fail(name, containerLimitsFile+" is mounted read-write", "a process in the container could change its own limits", "the plugin mounts it read-only; recreate the pod with this chart's plugin")
 	}
 	p := limitsfile.Parse(data)
+	if c, bad := r.fileAgainstDecision(name, p); bad {
+		return c
+	}
+	if c, bad := r.envAgainstFile(name, p); bad {
+		return c
+	}
+	r.cache = p.Vars["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", containerLimitsFile, len(p.Vars)))
+}
+
+// noLimitsFile judges a container without /overrideEnv: a warning in env mode when the
+// environment carries the scheduler's limits, else a failure.
+func (r *podRun) noLimitsFile(name string) Check {
+	if r.mode == v1.LimitDeliveryEnv {
+		// The kubelet keeps the pod spec's value over the plugin's, so in env mode a spec
+		// that sets a limit variable itself is its own limit (docs/attacks.md).
+		for i, dv := range r.devs {
+			key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+			if got, err := limitsfile.ParseMemory(r.env[key]); err != nil || got != uint64(dv.UsedMem)<<20 {
+				return fail(name, fmt.Sprintf("env mode: the environment has %s=%q, the scheduler assigned %d MiB", key, r.env[key], dv.UsedMem),
+					"the pod spec sets the limit variable itself, and in env mode the kubelet keeps the spec's value over the plugin's",
+					"remove "+key+" from the container spec, or run the pod in file mode, where the file wins")
+			}
+		}
+		return warn(name, "env mode: no "+containerLimitsFile+"; the limits are in the environment only",
+			"login sessions (ssh, su -, sudo, cron) start without the environment and run unlimited", "switch the pod to file mode (see delivery) and recreate it")
+	}
+	return fail(name, containerLimitsFile+" does not exist in file mode",
+		"the plugin that allocated the pod did not write the file (an older plugin, or a pod older than file mode)", "recreate the pod")
+}
+
+// fileAgainstDecision holds the parsed file to its format and to the scheduler's decision (memory
+// per device, compute of device 0); true with the failure when it does not hold.
+func (r *podRun) fileAgainstDecision(name string, p *limitsfile.Parsed) (Check, bool) {
 	if len(p.Bad) > 0 {
 		var bad []string
 		for _, b := range p.Bad {
 			bad = append(bad, fmt.Sprintf("line %d: %s", b.Number, b.Reason))
 		}
 		return fail(name, "malformed limits file: "+strings.Join(bad, "; "),
-			"the file was not written by the plugin (hand-edited or damaged); the library skips these lines", "recreate the pod: the plugin writes a new file in Allocate")
+			"the file was not written by the plugin (hand-edited or damaged); the library skips these lines", "recreate the pod: the plugin writes a new file in Allocate"), true
 	}
 	if v := p.Vars[limitsfile.FormatKey]; v != limitsfile.FormatVersion {
-		return fail(name, fmt.Sprintf("%s=%q, want %s", limitsfile.FormatKey, v, limitsfile.FormatVersion), "not a limits file of this format", "recreate the pod")
+		return fail(name, fmt.Sprintf("%s=%q, want %s", limitsfile.FormatKey, v, limitsfile.FormatVersion), "not a limits file of this format", "recreate the pod"), true
 	}
 	for i, dv := range r.devs {
 		key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
 		got, err := limitsfile.ParseMemory(p.Vars[key])
 		if err != nil || got != uint64(dv.UsedMem)<<20 {
 			return fail(name, fmt.Sprintf("%s=%q, the scheduler assigned %d MiB", key, p.Vars[key], dv.UsedMem),
-				"the file does not carry the scheduler's limit", "recreate the pod")
+				"the file does not carry the scheduler's limit", "recreate the pod"), true
 		}
 	}
 	if len(r.devs) > 0 {
 		if got, want := p.Vars["CUDA_DEVICE_SM_LIMIT"], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
 			return fail(name, fmt.Sprintf("CUDA_DEVICE_SM_LIMIT=%q, the scheduler assigned %s%% (device 0 speaks for all)", got, want),
-				"the file does not carry the scheduler's compute limit", "recreate the pod")
+				"the file does not carry the scheduler's compute limit", "recreate the pod"), true
 		}
 	}
+	return Check{}, false
+}
+
+// envAgainstFile: no variable of the file has another value in the container's environment; true
+// with the failure naming each that does.
+func (r *podRun) envAgainstFile(name string, p *limitsfile.Parsed) (Check, bool) {
 	var differ []string
 	for _, k := range sortedKeys(p.Vars) {
 		if k == limitsfile.FormatKey {
@@ -204,10 +229,9 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	}
 	if len(differ) > 0 {
 		return fail(name, "the environment disagrees with the limits file: "+strings.Join(differ, "; "),
-			"the container spec overrides the plugin's variables; the file wins in processes of the new library, the environment in old ones", "remove those variables from the container spec")
+			"the container spec overrides the plugin's variables; the file wins in processes of the new library, the environment in old ones", "remove those variables from the container spec"), true
 	}
-	r.cache = p.Vars["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
-	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", containerLimitsFile, len(p.Vars)))
+	return Check{}, false
 }
 
 // mountReadOnly reads the container's mount table for path.

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"bytes"
@@ -10,26 +10,28 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
 )
 
 // Exec is `docker exec`: the process gets the container's environment plus opts.Env. It talks to
 // the engine directly (testcontainers-go's Exec merges stdout and stderr and has no stdin).
-func (c *dockerContainer) Exec(ctx context.Context, cmd []string, opts ExecOptions) (ExecResult, error) {
+func (c *dockerContainer) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
 	id := c.tc.GetContainerID()
 	created, err := c.cli.ExecCreate(ctx, id, client.ExecCreateOptions{
 		User:         opts.User,
 		AttachStdin:  opts.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-		Env:          envList(opts.Env),
+		Env:          sandbox.EnvList(opts.Env),
 		Cmd:          cmd,
 	})
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("docker: exec %q: create: %w", cmd, err)
+		return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: create: %w", cmd, err)
 	}
 	att, err := c.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("docker: exec %q: attach: %w", cmd, err)
+		return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: attach: %w", cmd, err)
 	}
 	defer att.Close()
 
@@ -48,26 +50,26 @@ func (c *dockerContainer) Exec(ctx context.Context, cmd []string, opts ExecOptio
 	select {
 	case err := <-done:
 		if err != nil && !errors.Is(err, io.EOF) {
-			return ExecResult{}, fmt.Errorf("docker: exec %q: read output: %w", cmd, err)
+			return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: read output: %w", cmd, err)
 		}
 	case <-ctx.Done():
 		att.Close()
 		<-done
-		return ExecResult{}, fmt.Errorf("docker: exec %q: %w", cmd, ctx.Err())
+		return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: %w", cmd, ctx.Err())
 	}
 
 	// The engine marks the exec finished shortly after closing the stream.
 	for {
 		insp, err := c.cli.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
 		if err != nil {
-			return ExecResult{}, fmt.Errorf("docker: exec %q: inspect: %w", cmd, err)
+			return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: inspect: %w", cmd, err)
 		}
 		if !insp.Running {
-			return ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: insp.ExitCode}, nil
+			return sandbox.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: insp.ExitCode}, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ExecResult{}, fmt.Errorf("docker: exec %q: %w", cmd, ctx.Err())
+			return sandbox.ExecResult{}, fmt.Errorf("docker: exec %q: %w", cmd, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -51,86 +51,91 @@ func TestHealthyPodPasses(t *testing.T) {
 	}
 }
 
+// plantedFault is one fault planted in the healthy pod, and what the doctor must say of it.
+type plantedFault struct {
+	name    string
+	plant   func(w *world)
+	check   string
+	verdict Verdict
+	mention string
+	overall bool // the report fails
+}
+
+// plantedFaults: one per way a pod's limit fails to hold that the checklist names.
+var plantedFaults = []plantedFault{
+	{"no gpu resource", func(w *world) { w.pod().Spec.Containers[0].Resources.Limits = nil },
+		"resources", Fail, "asks for no nvidia.com/gpu", true},
+	{"not scheduled by HAMi", func(w *world) { delete(w.pod().Annotations, "hami.io/vgpu-devices-allocated") },
+		"annotations", Fail, "did not go through HAMi's scheduler", true},
+	{"allocate failed", func(w *world) { w.pod().Annotations["hami.io/bind-phase"] = "failed" },
+		"annotations", Fail, "Allocate failed", true},
+	{"no preload mount", func(w *world) { delete(w.workload.files, "/etc/ld.so.preload") },
+		"preload", Fail, "preload mount is missing", true},
+	{"no library mount", func(w *world) { delete(w.workload.files, "/usr/local/vgpu/libvgpu.so") },
+		"preload", Fail, "library mount is missing", true},
+	{"library from another build", func(w *world) { w.workload.files["/usr/local/vgpu/libvgpu.so"] = []byte("\x7fELF libvgpu.so build B") },
+		"library", Fail, "a library from another build", true},
+	{"malformed limits file", func(w *world) {
+		w.workload.files["/overrideEnv"] = []byte("CUDA_DEVICE_MEMORY_LIMIT_0=3000m\ngarbage line\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/usage.cache\nHAMI_LIMITS_FORMAT=1\n")
+	}, "limits-file", Fail, "malformed limits file: line 2", true},
+	{"writable limits file", func(w *world) {
+		w.workload.files["/proc/self/mountinfo"] = []byte("2 1 8:1 /x /overrideEnv rw,relatime - ext4 /dev/sda1 rw\n")
+	}, "limits-file", Fail, "mounted read-write", true},
+	{"limits file from no plugin", func(w *world) { delete(w.workload.files, "/overrideEnv") },
+		"limits-file", Fail, "does not exist in file mode", true},
+	{"file limit differs from the scheduler's", func(w *world) {
+		w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "3000m", "30000m", 1))
+	}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
+	{"file compute limit differs from the scheduler's", func(w *world) {
+		w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "SM_LIMIT=30", "SM_LIMIT=100", 1))
+		w.workload.env["CUDA_DEVICE_SM_LIMIT"] = "100"
+	}, "limits-file", Fail, "the scheduler assigned 30%", true},
+	{"environment overrides the file", func(w *world) { w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m" },
+		"limits-file", Fail, "the environment disagrees", true},
+	{"control disabled", func(w *world) { w.workload.env["CUDA_DISABLE_CONTROL"] = "true" },
+		"limits-file", Fail, "CUDA_DISABLE_CONTROL", true},
+	{"region stamped by an unlimited process", func(w *world) {
+		w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "GPU-3c5a,NVIDIA,2000,30:;"
+		w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "3000m", "2000m", 1))
+		w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "2000m"
+		w.workload.views[gpuinfo+" --json"] = gpuinfoJSON(2000)
+		w.loginView = gpuinfoJSON(2000)
+	}, "usage-cache", Fail, "first writer wins", true},
+	{"exec session unlimited", func(w *world) { w.workload.views[gpuinfo+" --json"] = gpuinfoJSON(16384) },
+		"exec-view", Fail, "the exec session sees 16384 MiB", true},
+	{"login session unlimited", func(w *world) { w.loginView = gpuinfoJSON(16384) },
+		"login-view", Fail, "a login session has no environment", true},
+	{"env-mode pod reached by ssh", func(w *world) {
+		w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
+		delete(w.workload.files, "/overrideEnv")
+		w.loginView = gpuinfoJSON(16384)
+	}, "login-view", Fail, "and the pod runs in env mode", true},
+	{"env-mode pod escaped through its own spec's variable", func(w *world) {
+		w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
+		delete(w.workload.files, "/overrideEnv")
+		w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m"
+	}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
+	{"env delivery is named with its layer", func(w *world) {
+		w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
+		delete(w.workload.files, "/overrideEnv")
+		w.loginView = gpuinfoJSON(16384)
+	}, "delivery", Warn, "limitDelivery env from the node config", true},
+	{"ignored pod annotation", func(w *world) { w.pod().Annotations["hami.io/limit-delivery"] = "env" },
+		"delivery", OK, "is ignored: the admin gate is closed", false},
+	{"bad delivery annotation", func(w *world) { w.pod().Annotations["hami.io/limit-delivery"] = "envv" },
+		"delivery", Fail, "is not one of file|env", true},
+	{"MIG pod", func(w *world) {
+		w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "MIG-7f1e,NVIDIA,4864,0:;"
+		w.workload.files = map[string][]byte{}
+	}, "delivery", Warn, "MIG", false},
+	{"no login session", func(w *world) { w.loginErr = fmt.Errorf("%w: su missing", sandbox.ErrUnsupported) },
+		"login-view", Warn, "no login session", false},
+}
+
 // TestPlantedFaultIsNamed plants one fault at a time in the healthy pod: doctor fails the check
 // that owns it and says why.
 func TestPlantedFaultIsNamed(t *testing.T) {
-	cases := []struct {
-		name    string
-		plant   func(w *world)
-		check   string
-		verdict Verdict
-		mention string
-		overall bool // the report fails
-	}{
-		{"no gpu resource", func(w *world) { w.pod().Spec.Containers[0].Resources.Limits = nil },
-			"resources", Fail, "asks for no nvidia.com/gpu", true},
-		{"not scheduled by HAMi", func(w *world) { delete(w.pod().Annotations, "hami.io/vgpu-devices-allocated") },
-			"annotations", Fail, "did not go through HAMi's scheduler", true},
-		{"allocate failed", func(w *world) { w.pod().Annotations["hami.io/bind-phase"] = "failed" },
-			"annotations", Fail, "Allocate failed", true},
-		{"no preload mount", func(w *world) { delete(w.workload.files, "/etc/ld.so.preload") },
-			"preload", Fail, "preload mount is missing", true},
-		{"no library mount", func(w *world) { delete(w.workload.files, "/usr/local/vgpu/libvgpu.so") },
-			"preload", Fail, "library mount is missing", true},
-		{"library from another build", func(w *world) { w.workload.files["/usr/local/vgpu/libvgpu.so"] = []byte("\x7fELF libvgpu.so build B") },
-			"library", Fail, "a library from another build", true},
-		{"malformed limits file", func(w *world) {
-			w.workload.files["/overrideEnv"] = []byte("CUDA_DEVICE_MEMORY_LIMIT_0=3000m\ngarbage line\nCUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/usage.cache\nHAMI_LIMITS_FORMAT=1\n")
-		}, "limits-file", Fail, "malformed limits file: line 2", true},
-		{"writable limits file", func(w *world) {
-			w.workload.files["/proc/self/mountinfo"] = []byte("2 1 8:1 /x /overrideEnv rw,relatime - ext4 /dev/sda1 rw\n")
-		}, "limits-file", Fail, "mounted read-write", true},
-		{"limits file from no plugin", func(w *world) { delete(w.workload.files, "/overrideEnv") },
-			"limits-file", Fail, "does not exist in file mode", true},
-		{"file limit differs from the scheduler's", func(w *world) {
-			w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "3000m", "30000m", 1))
-		}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
-		{"file compute limit differs from the scheduler's", func(w *world) {
-			w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "SM_LIMIT=30", "SM_LIMIT=100", 1))
-			w.workload.env["CUDA_DEVICE_SM_LIMIT"] = "100"
-		}, "limits-file", Fail, "the scheduler assigned 30%", true},
-		{"environment overrides the file", func(w *world) { w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m" },
-			"limits-file", Fail, "the environment disagrees", true},
-		{"control disabled", func(w *world) { w.workload.env["CUDA_DISABLE_CONTROL"] = "true" },
-			"limits-file", Fail, "CUDA_DISABLE_CONTROL", true},
-		{"region stamped by an unlimited process", func(w *world) {
-			w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "GPU-3c5a,NVIDIA,2000,30:;"
-			w.workload.files["/overrideEnv"] = []byte(strings.Replace(limitsFile, "3000m", "2000m", 1))
-			w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "2000m"
-			w.workload.views[gpuinfo+" --json"] = gpuinfoJSON(2000)
-			w.loginView = gpuinfoJSON(2000)
-		}, "usage-cache", Fail, "first writer wins", true},
-		{"exec session unlimited", func(w *world) { w.workload.views[gpuinfo+" --json"] = gpuinfoJSON(16384) },
-			"exec-view", Fail, "the exec session sees 16384 MiB", true},
-		{"login session unlimited", func(w *world) { w.loginView = gpuinfoJSON(16384) },
-			"login-view", Fail, "a login session has no environment", true},
-		{"env-mode pod reached by ssh", func(w *world) {
-			w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
-			delete(w.workload.files, "/overrideEnv")
-			w.loginView = gpuinfoJSON(16384)
-		}, "login-view", Fail, "and the pod runs in env mode", true},
-		{"env-mode pod escaped through its own spec's variable", func(w *world) {
-			w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
-			delete(w.workload.files, "/overrideEnv")
-			w.workload.env["CUDA_DEVICE_MEMORY_LIMIT_0"] = "16000m"
-		}, "limits-file", Fail, "the scheduler assigned 3000 MiB", true},
-		{"env delivery is named with its layer", func(w *world) {
-			w.configMap().Data["config.json"] = `{"nodeconfig":[{"name":"gpu-1","limitdelivery":"env"}]}`
-			delete(w.workload.files, "/overrideEnv")
-			w.loginView = gpuinfoJSON(16384)
-		}, "delivery", Warn, "limitDelivery env from the node config", true},
-		{"ignored pod annotation", func(w *world) { w.pod().Annotations["hami.io/limit-delivery"] = "env" },
-			"delivery", OK, "is ignored: the admin gate is closed", false},
-		{"bad delivery annotation", func(w *world) { w.pod().Annotations["hami.io/limit-delivery"] = "envv" },
-			"delivery", Fail, "is not one of file|env", true},
-		{"MIG pod", func(w *world) {
-			w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "MIG-7f1e,NVIDIA,4864,0:;"
-			w.workload.files = map[string][]byte{}
-		}, "delivery", Warn, "MIG", false},
-		{"no login session", func(w *world) { w.loginErr = fmt.Errorf("%w: su missing", sandbox.ErrUnsupported) },
-			"login-view", Warn, "no login session", false},
-	}
-	for _, tc := range cases {
+	for _, tc := range plantedFaults {
 		t.Run(tc.name, func(t *testing.T) {
 			w := healthy(hamiRegion(t))
 			tc.plant(w)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/region"
 )
@@ -188,7 +189,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 		}
 	}
 	if len(r.devs) > 0 {
-		if got, want := p.Vars["CUDA_DEVICE_SM_LIMIT"], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
+		if got, want := p.Vars[libvars.SMLimit], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
 			return fail(name, fmt.Sprintf("CUDA_DEVICE_SM_LIMIT=%q, the scheduler assigned %s%% (device 0 speaks for all)", got, want),
 				"the file does not carry the scheduler's compute limit", "recreate the pod")
 		}

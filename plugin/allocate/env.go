@@ -6,22 +6,16 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
-// Variables the plugin sets, as HAMi names them.
+// Variables the plugin sets beside the library's (plugin/libvars names those).
 const (
-	EnvMemoryLimitPrefix = "CUDA_DEVICE_MEMORY_LIMIT_"
-	EnvSMLimit           = "CUDA_DEVICE_SM_LIMIT"
-	EnvSharedCache       = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-	EnvOversubscribe     = "CUDA_OVERSUBSCRIBE"
-	EnvCorePolicy        = "GPU_CORE_UTILIZATION_POLICY"
-	EnvLogLevel          = "LIBCUDA_LOG_LEVEL"
-	EnvHostPIDBroker     = "LIBVGPU_HOSTPID_BROKER"
-	EnvTaskPriority      = "CUDA_TASK_PRIORITY"
-	EnvVisibleDevices    = "NVIDIA_VISIBLE_DEVICES"
-	EnvDisableControl    = "CUDA_DISABLE_CONTROL"
-	EnvFakeGPUProfile    = "FAKEGPU_PROFILE"
-	EnvFakeGPUStateDir   = "FAKEGPU_STATE_DIR"
+	EnvVisibleDevices  = "NVIDIA_VISIBLE_DEVICES"
+	EnvDisableControl  = "CUDA_DISABLE_CONTROL"
+	EnvFakeGPUProfile  = "FAKEGPU_PROFILE"
+	EnvFakeGPUStateDir = "FAKEGPU_STATE_DIR"
 )
 
 // hamiEnv returns the limit variables for the container's devices: memory per
@@ -30,22 +24,22 @@ const (
 func (a *Allocator) hamiEnv(req Request) map[string]string {
 	env := map[string]string{}
 	for i, d := range req.Devices {
-		env[EnvMemoryLimitPrefix+strconv.Itoa(i)] = fmt.Sprintf("%dm", d.UsedMem)
+		env[libvars.MemoryLimitOf(i)] = fmt.Sprintf("%dm", d.UsedMem)
 	}
 	// Upstream never sets per-device core limits: device 0 speaks for all.
-	env[EnvSMLimit] = strconv.Itoa(int(req.Devices[0].UsedCores))
-	env[EnvSharedCache] = a.sharedCachePath()
+	env[libvars.SMLimit] = strconv.Itoa(int(req.Devices[0].UsedCores))
+	env[libvars.SharedCache] = a.sharedCachePath()
 	if a.opts.Oversubscribe {
-		env[EnvOversubscribe] = "true"
+		env[libvars.Oversubscribe] = "true"
 	}
 	if a.opts.LibCudaLogLevel != "" {
-		env[EnvLogLevel] = a.opts.LibCudaLogLevel
+		env[libvars.LogLevel] = a.opts.LibCudaLogLevel
 	}
 	if a.opts.DisableCoreLimit {
-		env[EnvCorePolicy] = "disable"
+		env[libvars.CorePolicy] = "disable"
 	}
 	if a.opts.HostPIDBroker && a.opts.Profile != ProfileHAMiV210 {
-		env[EnvHostPIDBroker] = "1"
+		env[libvars.HostPIDBroker] = "1"
 	}
 	return env
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -125,7 +126,7 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		idx, ok := strings.CutPrefix(k, "CUDA_DEVICE_MEMORY_LIMIT_")
+		idx, ok := strings.CutPrefix(k, libvars.MemoryLimit+"_")
 		if !ok || !limitsfile.IsMemoryKey(k) {
 			continue
 		}
@@ -133,7 +134,7 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 			ch <- prometheus.MustNewConstMetric(descFileMemLimit, prometheus.GaugeValue, float64(n), uid, ctr, idx)
 		}
 	}
-	if sm, err := strconv.ParseUint(vars["CUDA_DEVICE_SM_LIMIT"], 10, 32); err == nil {
+	if sm, err := strconv.ParseUint(vars[libvars.SMLimit], 10, 32); err == nil {
 		ch <- prometheus.MustNewConstMetric(descFileCoreLimit, prometheus.GaugeValue, float64(sm)/100, uid, ctr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -122,10 +123,6 @@ type Request struct {
 	MIG bool
 }
 
-// MaxDevices is how many devices libvgpu.so limits per container: it reads
-// CUDA_DEVICE_MEMORY_LIMIT_0 .. _15 and nothing beyond.
-const MaxDevices = 16
-
 // IsMIG reports whether the request gets MIG treatment: the node runs in
 // MIG mode or the request is for MIG devices.
 func (a *Allocator) IsMIG(req Request) bool {
@@ -165,9 +162,9 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	if len(req.Devices) == 0 {
 		return nil, fmt.Errorf("no devices assigned")
 	}
-	if len(req.Devices) > MaxDevices {
-		return nil, fmt.Errorf("%d devices in one container, but libvgpu.so limits at most %d (CUDA_DEVICE_MEMORY_LIMIT_0..%d): devices past that would run unlimited; ask for at most %d",
-			len(req.Devices), MaxDevices, MaxDevices-1, MaxDevices)
+	if len(req.Devices) > libvars.Devices {
+		return nil, fmt.Errorf("%d devices in one container, but libvgpu.so limits at most %d (%s_0..%d): devices past that would run unlimited; ask for at most %d",
+			len(req.Devices), libvars.Devices, libvars.MemoryLimit, libvars.Devices-1, libvars.Devices)
 	}
 	if req.UUIDs != nil && !sameGPUs(uuids(req.Devices), req.UUIDs) {
 		return nil, fmt.Errorf("the placement names %v, but the kubelet allocated %v: refusing another GPU", uuids(req.Devices), req.UUIDs)

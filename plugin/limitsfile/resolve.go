@@ -9,7 +9,7 @@ import (
 
 // MaxDevices is how many devices a file limits: libvgpu.so reads
 // CUDA_DEVICE_MEMORY_LIMIT_0.._15 and CUDA_DEVICE_SM_LIMIT_0.._15, nothing beyond.
-const MaxDevices = 16
+const MaxDevices = libvars.Devices
 
 // Policies of GPU_CORE_UTILIZATION_POLICY, as the library reads them.
 const (

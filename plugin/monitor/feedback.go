@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -123,8 +121,7 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 			if _, err = region.DecodeLimitbedCompute(mem); err != nil {
 				return err
 			}
-			// Swap, not read-then-clear: a launch between the two would be lost.
-			launched = atomic.SwapUint32(word(mem, region.LimitbedOffRecentKernel), 0) != 0
+			launched = region.TakeRecentKernel(mem)
 			return nil
 		})
 		if err != nil {
@@ -164,7 +161,7 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 	for _, r := range regions {
 		want := res.Switch[r.key]
 		var was uint32
-		if err := touch(func() error { was = atomic.SwapUint32(word(r.mem, region.LimitbedOffUtilSwitch), want); return nil }); err != nil {
+		if err := touch(func() error { was = region.SwapUtilSwitch(r.mem, want); return nil }); err != nil {
 			f.Logger.V(2).Info("Skipping region for the compute policy", "container", r.key, "err", err)
 			continue
 		}
@@ -207,12 +204,6 @@ func mapHeader(path string) ([]byte, error) {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
 	return mem, nil
-}
-
-// word is the aligned 32-bit field at off of a mapped header, for atomics
-// that the library's own atomics on the same word see.
-func word(mem []byte, off int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&mem[off]))
 }
 
 // touch runs f over a mapped header. The file is the container's, which can truncate it under the

@@ -15,40 +15,41 @@ import (
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 // UsageCacheName is the region file in a container directory.
 const UsageCacheName = "usage.cache"
 
 var (
-	descFileMemLimit = prometheus.NewDesc("hami_container_memory_limit_bytes",
+	descFileMemLimit = prometheus.NewDesc(metricname.MemoryLimit,
 		"Memory limit of a container's device as delivered in its limits file.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descFileCoreLimit = prometheus.NewDesc("hami_container_core_limit_ratio",
+	descFileCoreLimit = prometheus.NewDesc(metricname.CoreLimit,
 		"Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).",
 		[]string{"pod_uid", "container"}, nil)
-	descUsed = prometheus.NewDesc("hami_container_memory_used_bytes",
+	descUsed = prometheus.NewDesc(metricname.MemoryUsed,
 		"Device memory reserved by a container's processes, the counter its library checks the limit against (limitbed: used_total of the usage region; HAMi-core: the sum over its slots).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descLiveUsed = prometheus.NewDesc("hami_container_memory_live_bytes",
+	descLiveUsed = prometheus.NewDesc(metricname.MemoryLive,
 		"Device memory held by a container's live processes: the usage region's live slots summed.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descProcesses = prometheus.NewDesc("hami_container_processes",
+	descProcesses = prometheus.NewDesc(metricname.Processes,
 		"Live processes of a container: usage-region slots whose lock byte is held (limitbed) or whose pid is set (HAMi-core).",
 		[]string{"pod_uid", "container"}, nil)
-	descDeadSlots = prometheus.NewDesc("hami_container_region_dead_slots",
+	descDeadSlots = prometheus.NewDesc(metricname.RegionDeadSlots,
 		"Usage-region slots whose process is gone and that no process has reclaimed yet (limitbed: their bytes still count in used_total).",
 		[]string{"pod_uid", "container"}, nil)
-	descOverflow = prometheus.NewDesc("hami_container_region_overflow",
+	descOverflow = prometheus.NewDesc(metricname.RegionOverflow,
 		"1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).",
 		[]string{"pod_uid", "container"}, nil)
-	descRegionLimit = prometheus.NewDesc("hami_container_region_memory_limit_bytes",
+	descRegionLimit = prometheus.NewDesc(metricname.RegionMemoryLimit,
 		"Memory limit stamped into a container's usage region (absent when unlimited).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descRegionErrors = prometheus.NewDesc("hami_container_region_errors",
+	descRegionErrors = prometheus.NewDesc(metricname.RegionErrors,
 		"1 when a container's usage region could not be decoded.",
 		[]string{"pod_uid", "container"}, nil)
-	descRegionRejected = prometheus.NewDesc("hami_container_region_file_rejected",
+	descRegionRejected = prometheus.NewDesc(metricname.RegionFileRejected,
 		"1 when a container's usage.cache was not read: a symlink, not a regular file, not a region's size, unreadable, or its read ran past the scrape deadline (reason).",
 		[]string{"pod_uid", "container", "reason"}, nil)
 )
@@ -178,7 +179,7 @@ func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry, r region
 // SweepMetrics counts sweep removals: hami_monitor_removed_total{kind}.
 func SweepMetrics(reg prometheus.Registerer) func(Kind) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hami_monitor_removed_total",
+		Name: metricname.Removed,
 		Help: "Entries removed from the containers directory, by kind (dir, limits, temp).",
 	}, []string{"kind"})
 	reg.MustRegister(c)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
@@ -55,6 +56,21 @@ func limitsVars(env map[string]string, c *corev1.Container) map[string]string {
 		}
 	}
 	return vars
+}
+
+// deliverLimits delivers the limits by file, or not, as the profile and the
+// resolved delivery say.
+func (a *Allocator) deliverLimits(resp *pluginapi.ContainerAllocateResponse, p hostPaths, req Request, env map[string]string) error {
+	switch {
+	case a.opts.Profile == ProfileHAMiV210:
+		// v2.10 knows no file; leave whatever is on disk alone, as it would.
+		return nil
+	case req.Delivery == v1.LimitDeliveryEnv:
+		// A file from an earlier file-mode allocation would be stale.
+		return a.publisher.RemoveFile(p.limitsFile)
+	default:
+		return a.limitsFile(resp, p, req.Container, env)
+	}
 }
 
 // limitsFile renders and atomically publishes the limits file beside the

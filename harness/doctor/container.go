@@ -152,7 +152,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 			// The kubelet keeps the pod spec's value over the plugin's, so in env mode a spec
 			// that sets a limit variable itself is its own limit (docs/attacks.md).
 			for i, dv := range r.devs {
-				key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+				key := libvars.MemoryLimitOf(i)
 				if got, err := limitsfile.ParseMemory(r.env[key]); err != nil || got != uint64(dv.UsedMem)<<20 {
 					return fail(name, fmt.Sprintf("env mode: the environment has %s=%q, the scheduler assigned %d MiB", key, r.env[key], dv.UsedMem),
 						"the pod spec sets the limit variable itself, and in env mode the kubelet keeps the spec's value over the plugin's",
@@ -181,7 +181,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 		return fail(name, fmt.Sprintf("%s=%q, want %s", limitsfile.FormatKey, v, limitsfile.FormatVersion), "not a limits file of this format", "recreate the pod")
 	}
 	for i, dv := range r.devs {
-		key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+		key := libvars.MemoryLimitOf(i)
 		got, err := limitsfile.ParseMemory(p.Vars[key])
 		if err != nil || got != uint64(dv.UsedMem)<<20 {
 			return fail(name, fmt.Sprintf("%s=%q, the scheduler assigned %d MiB", key, p.Vars[key], dv.UsedMem),
@@ -207,7 +207,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 		return fail(name, "the environment disagrees with the limits file: "+strings.Join(differ, "; "),
 			"the container spec overrides the plugin's variables; the file wins in processes of the new library, the environment in old ones", "remove those variables from the container spec")
 	}
-	r.cache = p.Vars["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+	r.cache = p.Vars[libvars.SharedCache]
 	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", containerLimitsFile, len(p.Vars)))
 }
 
@@ -242,7 +242,7 @@ func (r *podRun) checkUsageCache(ctx context.Context) Check {
 	}
 	path := r.cache
 	if path == "" {
-		path = r.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+		path = r.env[libvars.SharedCache]
 	}
 	if path == "" {
 		path = defaultUsageCache

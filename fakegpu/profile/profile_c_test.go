@@ -17,13 +17,8 @@ import (
 func TestSameAsFakegpu(t *testing.T) {
 	root := cbuild.RepoRoot()
 	src := filepath.Join(root, "fakegpu", "src")
-	bin := filepath.Join(t.TempDir(), "dump")
-	cc := exec.Command("cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
-		"-I", src, "-I", filepath.Join(root, "abi", "include"), "-o", bin,
+	bin := cbuild.Program(t, []string{"fakegpu/src", "abi/include"},
 		"testdata/dump.c", filepath.Join(src, "profile.c"), filepath.Join(src, "log.c"))
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("build the C reader's driver: %v\n%s", err, out)
-	}
 
 	paths, err := filepath.Glob(filepath.Join(root, "fakegpu", "profiles", "*.profile"))
 	if err != nil || len(paths) == 0 {

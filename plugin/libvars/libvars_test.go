@@ -16,15 +16,9 @@ import (
 // names the library holds by id, and the id it looks each arg up as (-1: not a variable).
 func cNames(t *testing.T, args ...string) (names []string, lookup map[string]int) {
 	t.Helper()
-	root := cbuild.RepoRoot()
-	src := filepath.Join(root, "hamicore", "src")
-	bin := filepath.Join(t.TempDir(), "names")
-	cc := exec.Command("cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
-		"-I", src, "-I", filepath.Join(root, "hamicore", "include"), "-I", filepath.Join(root, "abi", "include"), "-o", bin,
+	src := filepath.Join(cbuild.RepoRoot(), "hamicore", "src")
+	bin := cbuild.Program(t, []string{"hamicore/src", "hamicore/include", "abi/include"},
 		"testdata/names.c", filepath.Join(src, "limitsfile_vars.c"), filepath.Join(src, "fmt.c"))
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("build the library's variable table: %v\n%s", err, out)
-	}
 	out, err := exec.Command(bin, args...).Output()
 	if err != nil {
 		t.Fatalf("run %s: %v", bin, err)

@@ -40,6 +40,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
 const socketName = "limitbed-wire.sock"
@@ -180,7 +181,7 @@ func (p *plugin) allocate(ctx context.Context, pod *corev1.Pod, req *pluginapi.A
 		devs = devs.Erase(idx)
 		envs := map[string]string{"NVIDIA_VISIBLE_DEVICES": cdevs[0].UUID}
 		for i, d := range cdevs {
-			envs[fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)] = fmt.Sprintf("%dm", d.UsedMem)
+			envs[libvars.MemoryLimitOf(i)] = fmt.Sprintf("%dm", d.UsedMem)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: envs})
 	}

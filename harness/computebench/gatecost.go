@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/libvars"
+	"github.com/limitbed/limitbed/plugin/monitor"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
@@ -62,7 +63,7 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 	}
 	base := []string{"PATH=" + os.Getenv("PATH"), "LD_LIBRARY_PATH=" + g.Lib, "FAKEGPU_PROFILE=a16-16q",
 		"FAKEGPU_PROFILE_DIR=" + g.ProfileDir, "FAKEGPU_STATE_DIR=" + state, "FAKEGPU_LAUNCH_NS=0", "BENCH_LAUNCH_ONLY=1"}
-	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+filepath.Join(g.Dir, "usage.cache"))
+	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+filepath.Join(g.Dir, monitor.UsageCacheName))
 	var err error
 	if f.Native, err = g.perLaunch(ctx, base, nil); err != nil {
 		return f, err

@@ -25,7 +25,6 @@ import (
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
-
 // VGPUTime is the pod annotation with the scheduling decision's unix time.
 const VGPUTime = annotations.VGPUTime
 

@@ -25,9 +25,6 @@ import (
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
-// VGPUTime is the pod annotation with the scheduling decision's unix time.
-const VGPUTime = annotations.VGPUTime
-
 // LockExpiry is how long a lock holds before any scheduler may break it (HAMi's default).
 const LockExpiry = 5 * time.Minute
 
@@ -71,7 +68,7 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	enc := devs.Encode()
 	filter := map[string]any{
 		annotations.VGPUNode:          node,
-		VGPUTime:                      now,
+		annotations.VGPUTime:          now,
 		annotations.DevicesToAllocate: enc,
 		annotations.DevicesAllocated:  enc,
 	}

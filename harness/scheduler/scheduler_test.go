@@ -175,7 +175,7 @@ func TestBindNoBinding(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, p.Annotations[k], want)
 		}
 	}
-	if p.Annotations[VGPUTime] == "" || p.Annotations[annotations.BindTime] == "" {
+	if p.Annotations[annotations.VGPUTime] == "" || p.Annotations[annotations.BindTime] == "" {
 		t.Errorf("times missing: %v", p.Annotations)
 	}
 	n, _ := s.Node("n1")

@@ -14,7 +14,9 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/monitor"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
@@ -61,7 +63,7 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 	}
 	base := []string{"PATH=" + os.Getenv("PATH"), "LD_LIBRARY_PATH=" + g.Lib, "FAKEGPU_PROFILE=a16-16q",
 		"FAKEGPU_PROFILE_DIR=" + g.ProfileDir, "FAKEGPU_STATE_DIR=" + state, "FAKEGPU_LAUNCH_NS=0", "BENCH_LAUNCH_ONLY=1"}
-	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(g.Dir, "usage.cache"))
+	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+filepath.Join(g.Dir, monitor.UsageCacheName))
 	var err error
 	if f.Native, err = g.perLaunch(ctx, base, nil); err != nil {
 		return f, err
@@ -70,7 +72,7 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 		return f, err
 	}
 	// The scheduler's records of the container, then the scheduler.
-	data, _ := limitsfile.Render(map[string]string{"CUDA_DEVICE_SM_LIMIT": "100"})
+	data, _ := limitsfile.Render(map[string]string{libvars.SMLimit: "100"})
 	pub := limitsfile.Publisher{}
 	if err := pub.Publish(filepath.Join(containers, key+limitsfile.Suffix), data); err != nil {
 		return f, err
@@ -88,7 +90,7 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 	go func() { done <- n.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	time.Sleep(500 * time.Millisecond) // the scheduler has read the records
-	held := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, "CUDA_DEVICE_MEMORY_SHARED_CACHE=/usr/local/vgpu/usage.cache")
+	held := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"=/usr/local/vgpu/usage.cache")
 	wrap := []string{g.Privatens, "--bind", g.Dir, "--mount", "/usr/local/vgpu=" + dir,
 		"--mount-ro", schedproto.ContainerGrantPath + "=" + gp, "--"}
 	f.Held, err = g.perLaunch(ctx, held, wrap)

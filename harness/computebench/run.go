@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
@@ -82,8 +83,8 @@ func (r *Runner) Run(ctx context.Context, c Case) (ProbeResult, error) {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, r.Env...)
 	if c.Policy != "" {
 		cmd.Env = append(cmd.Env, "LD_PRELOAD="+r.Preload,
-			"CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(pod, monitor.UsageCacheName),
-			"CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(c.Limit), "GPU_CORE_UTILIZATION_POLICY="+c.Policy)
+			libvars.SharedCache+"="+filepath.Join(pod, monitor.UsageCacheName),
+			libvars.SMLimit+"="+strconv.Itoa(c.Limit), libvars.CorePolicy+"="+c.Policy)
 	}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/harness/gpuwork"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
 
@@ -118,9 +119,9 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	}
 	env := append(append([]string{}, gpu...), "FAKEGPU_CONTAINER="+c.Name, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(c.GPU))
 	if c.Policy != "none" {
-		env = append(env, "LD_PRELOAD="+r.Preload, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(dir, monitor.UsageCacheName),
-			"CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(c.Limit), "GPU_CORE_UTILIZATION_POLICY="+c.Policy,
-			"CUDA_TASK_PRIORITY="+strconv.Itoa(c.Priority))
+		env = append(env, "LD_PRELOAD="+r.Preload, libvars.SharedCache+"="+filepath.Join(dir, monitor.UsageCacheName),
+			libvars.SMLimit+"="+strconv.Itoa(c.Limit), libvars.CorePolicy+"="+c.Policy,
+			libvars.TaskPriority+"="+strconv.Itoa(c.Priority))
 	}
 	env = append(env, c.Env...)
 	var ps []*proc

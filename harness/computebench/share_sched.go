@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
@@ -104,8 +105,8 @@ func (s *Scheduled) record(c Container, containers, grants, key string, env map[
 // processes run with them too (scripts/gpu-check.sh, `limitbed bench pod`).
 func RecordContainer(containers, grants, key string, c Container, gpuUUID string) error {
 	vars := map[string]string{
-		"CUDA_DEVICE_SM_LIMIT": strconv.Itoa(c.Limit), "GPU_CORE_UTILIZATION_POLICY": c.Policy,
-		"CUDA_TASK_PRIORITY": strconv.Itoa(c.Priority), "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/usage.cache",
+		libvars.SMLimit: strconv.Itoa(c.Limit), libvars.CorePolicy: c.Policy,
+		libvars.TaskPriority: strconv.Itoa(c.Priority), libvars.SharedCache: "/usr/local/vgpu/usage.cache",
 	}
 	data, err := limitsfile.Render(vars)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
 )
 
@@ -171,7 +172,7 @@ func newCtr(dir, name, uuid string, limitMiB uint64) (*ctr, error) {
 func (o Options) start(role string, c *ctr, mib int, api, preload string) (*proc, error) {
 	cmd := exec.Command(o.Cudaprobe, "--mib", strconv.Itoa(mib), "--api="+api, "--hold-until-signal")
 	cmd.Env = append(append(os.Environ(), o.Env...), "LD_PRELOAD="+preload,
-		fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_0=%dm", c.c.Limits.Memory[0]/(1<<20)), "CUDA_DEVICE_MEMORY_SHARED_CACHE="+c.cache)
+		fmt.Sprintf("%s=%dm", libvars.MemoryLimitOf(0), c.c.Limits.Memory[0]/(1<<20)), libvars.SharedCache+"="+c.cache)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -170,10 +170,11 @@ func TestKindDoctor(t *testing.T) {
 
 	t.Run("MIG pod", func(t *testing.T) {
 		t.Parallel()
-		migUUID, err := profileValue(filepath.Join(e.root, "fakegpu", "profiles", migProfile+".profile"), "mig_uuid")
+		migs, err := profileMIGs(filepath.Join(e.root, "fakegpu", "profiles", migProfile+".profile"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		migUUID := migs[0].UUID
 		pc := gpuPodOn(t, e, migWorker, migUUID, 3000, nil)
 		rep := run(t, pc)
 		named(t, rep, "delivery", doctor.Warn, "MIG")

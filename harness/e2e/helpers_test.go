@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
@@ -19,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/limitbed/limitbed/fakegpu/profile"
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/nvsmi"
@@ -34,43 +34,28 @@ const (
 )
 
 // profileUUID reads the first device's uuid from a fakegpu profile.
-func profileUUID(path string) (string, error) { return profileValue(path, "uuid") }
-
-// profileValue reads the first value of key from a fakegpu profile.
-func profileValue(path, key string) (string, error) {
-	f, err := os.Open(path)
+func profileUUID(path string) (string, error) {
+	p, err := profile.Load(path)
 	if err != nil {
-		return "", fmt.Errorf("read fakegpu profile: %w", err)
+		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), "=")
-		if ok && strings.TrimSpace(k) == key {
-			v, _, _ = strings.Cut(v, "#")
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("%s: no %s line", path, key)
+	return p.Devices[0].UUID, nil
 }
 
-// profileValues reads every value of key from a fakegpu profile, in order.
-func profileValues(path, key string) ([]string, error) {
-	data, err := os.ReadFile(path)
+// profileMIGs reads every MIG instance of a fakegpu profile, device by device.
+func profileMIGs(path string) ([]profile.MIG, error) {
+	p, err := profile.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("read fakegpu profile: %w", err)
+		return nil, err
 	}
-	var vals []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == key {
-			v, _, _ = strings.Cut(v, "#")
-			vals = append(vals, strings.TrimSpace(v))
-		}
+	var migs []profile.MIG
+	for _, d := range p.Devices {
+		migs = append(migs, d.MIG...)
 	}
-	if len(vals) == 0 {
-		return nil, fmt.Errorf("%s: no %s line", path, key)
+	if len(migs) == 0 {
+		return nil, fmt.Errorf("%s: no MIG instance", path)
 	}
-	return vals, nil
+	return migs, nil
 }
 
 // waitGPUs waits until node advertises nvidia.com/gpu (the plugin registered with the kubelet).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -20,15 +19,11 @@ import (
 // no /overrideEnv, no .limits file on the node. cudaprobe sees the instance's own memory, uncapped.
 func TestKindMIGNode(t *testing.T) {
 	e := need(t)
-	profile := filepath.Join(e.root, "fakegpu", "profiles", migProfile+".profile")
-	migUUID, err := profileValue(profile, "mig_uuid")
+	migs, err := profileMIGs(filepath.Join(e.root, "fakegpu", "profiles", migProfile+".profile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	migMiB, err := profileValue(profile, "mig_memory_mib")
-	if err != nil {
-		t.Fatal(err)
-	}
+	migUUID, migMiB := migs[0].UUID, migs[0].MemoryMiB
 	node := e.c.Worker(migWorker)
 
 	// The node advertises MIG instances one to one, by their UUIDs.
@@ -62,9 +57,9 @@ func TestKindMIGNode(t *testing.T) {
 	// MIG device IDs are static kubelet resources: the kubelet picks the instance and the plugin
 	// hands over what it picked (the scheduler's annotation is not consulted for them), so any of
 	// the node's instances is right — but exactly one, and one of this profile's.
-	instances, err := profileValues(profile, "mig_uuid")
-	if err != nil {
-		t.Fatal(err)
+	var instances []string
+	for _, m := range migs {
+		instances = append(instances, m.UUID)
 	}
 	if got := vars["NVIDIA_VISIBLE_DEVICES"]; !slices.Contains(instances, got) {
 		t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want one MIG instance of %v", got, instances)
@@ -99,7 +94,7 @@ func TestKindMIGNode(t *testing.T) {
 	// at the 3000 MiB of the request.
 	r := probe(t, pc, "exec", 4096)
 	wantGranted(t, "exec", r)
-	if want, _ := strconv.Atoi(migMiB); int(num(r, "total_mib")) != want {
+	if want := int(migMiB); int(num(r, "total_mib")) != want {
 		t.Errorf("device total %v MiB, want the MIG instance's %d MiB\nreport: %s", num(r, "total_mib"), want, r.ProbeJSON)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 
-	"github.com/limitbed/limitbed/harness/scheduler"
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
@@ -96,10 +95,16 @@ func TestBindWritesHAMiAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lock := n.Annotations[scheduler.NodeLock]; !strings.HasSuffix(lock, ",ns,p") {
+	if lock := n.Annotations[annotations.NodeLock]; !holds(lock, "ns", "p") {
 		t.Errorf("node lock = %q, want it held by ns/p", lock)
 	}
 	if err := Bind(context.Background(), kube, pod, "node-1", devs[:2]); err == nil {
 		t.Error("Bind accepted 2 device entries for 3 containers")
 	}
+}
+
+// holds reports whether the node lock value names pod namespace/name.
+func holds(lock, namespace, name string) bool {
+	h, err := annotations.ParseNodeLock(lock)
+	return err == nil && h.Names(namespace, name)
 }

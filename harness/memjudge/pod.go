@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/limitbed/limitbed/plugin/libvars"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
 // Paths are the built artefacts the judge runs (internal/cbuild gives them to tests).
@@ -81,12 +83,15 @@ func newPod(cfg Config, dir string) (*pod, error) {
 	}
 	p.cache = filepath.Join(p.dir, "usage.cache")
 	p.limits = filepath.Join(dir, "limits")
-	var lim strings.Builder
+	vars := map[string]string{libvars.SharedCache: p.cache, libvars.SMLimit: "100", libvars.LogLevel: "1"}
 	for i, l := range cfg.Limits {
-		fmt.Fprintf(&lim, "CUDA_DEVICE_MEMORY_LIMIT_%d=%dm\n", i, l>>20)
+		vars[libvars.MemoryLimitOf(i)] = fmt.Sprintf("%dm", l>>20)
 	}
-	fmt.Fprintf(&lim, "CUDA_DEVICE_MEMORY_SHARED_CACHE=%s\nCUDA_DEVICE_SM_LIMIT=100\nHAMI_LIMITS_FORMAT=1\nLIBCUDA_LOG_LEVEL=1\n", p.cache)
-	if err := os.WriteFile(p.limits, []byte(lim.String()), 0o644); err != nil {
+	lim, err := limitsfile.Render(vars)
+	if err != nil {
+		return nil, fmt.Errorf("limits file: %w", err)
+	}
+	if err := os.WriteFile(p.limits, lim, 0o644); err != nil {
 		return nil, fmt.Errorf("limits file: %w", err)
 	}
 	// A login session has no FAKEGPU_* variables: fakegpu uses its default directory there,
@@ -185,10 +190,10 @@ func (p *pod) execEnv(lib string) []string {
 	if v := os.Getenv("MEMJUDGE_LIBCUDA_LOG_LEVEL"); v != "" { // to debug a replay
 		level = v
 	}
-	env := append([]string{"LD_PRELOAD=" + lib, "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + p.cache, "LIBCUDA_LOG_LEVEL=" + level},
+	env := append([]string{"LD_PRELOAD=" + lib, libvars.SharedCache + "=" + p.cache, libvars.LogLevel + "=" + level},
 		p.hostEnv()...)
 	for i, l := range p.cfg.Limits {
-		env = append(env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", i, l>>20))
+		env = append(env, fmt.Sprintf("%s=%dm", libvars.MemoryLimitOf(i), l>>20))
 	}
 	return env
 }

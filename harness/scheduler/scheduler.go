@@ -25,13 +25,6 @@ import (
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
-// NodeLock is the node annotation HAMi's scheduler locks a node with while one pod's devices are
-// being allocated there: "<RFC3339 time>,<namespace>,<pod name>".
-const NodeLock = annotations.NodeLock
-
-// VGPUTime is the pod annotation with the scheduling decision's unix time.
-const VGPUTime = annotations.VGPUTime
-
 // LockExpiry is how long a lock holds before any scheduler may break it (HAMi's default).
 const LockExpiry = 5 * time.Minute
 
@@ -75,7 +68,7 @@ func annotate(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, n
 	enc := devs.Encode()
 	filter := map[string]any{
 		annotations.VGPUNode:          node,
-		VGPUTime:                      now,
+		annotations.VGPUTime:          now,
 		annotations.DevicesToAllocate: enc,
 		annotations.DevicesAllocated:  enc,
 	}
@@ -131,7 +124,7 @@ func Lock(ctx context.Context, kube kubernetes.Interface, node string, pod *core
 		if err != nil {
 			return fmt.Errorf("lock node %s: %w", node, err)
 		}
-		held, ok := n.Annotations[NodeLock]
+		held, ok := n.Annotations[annotations.NodeLock]
 		var value any = LockValue(time.Now(), pod)
 		if ok {
 			stale, why, err := staleLock(ctx, kube, held, pod)
@@ -193,7 +186,7 @@ func Release(ctx context.Context, kube kubernetes.Interface, node string, pod *c
 		if err != nil {
 			return fmt.Errorf("release lock of node %s: %w", node, err)
 		}
-		held, ok := n.Annotations[NodeLock]
+		held, ok := n.Annotations[annotations.NodeLock]
 		if !ok {
 			return nil
 		}
@@ -213,7 +206,7 @@ func Release(ctx context.Context, kube kubernetes.Interface, node string, pod *c
 // patchNode sets (value a string) or removes (nil) the lock, expecting resourceVersion rv.
 func patchNode(ctx context.Context, kube kubernetes.Interface, node, rv string, value any) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]any{NodeLock: value}, "resourceVersion": rv}})
+		"annotations": map[string]any{annotations.NodeLock: value}, "resourceVersion": rv}})
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func newAPI(t *testing.T, lock string, pods ...*corev1.Pod) (*fakeapi.Server, ku
 	t.Cleanup(s.Close)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	if lock != "" {
-		n.Annotations = map[string]string{NodeLock: lock}
+		n.Annotations = map[string]string{annotations.NodeLock: lock}
 	}
 	if err := s.AddNode(n); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestLock(t *testing.T) {
 			s, kube := newAPI(t, tc.lock, pods...)
 			err := Lock(context.Background(), kube, "n1", me, 200*time.Millisecond)
 			n, _ := s.Node("n1")
-			got := n.Annotations[NodeLock]
+			got := n.Annotations[annotations.NodeLock]
 			if tc.taken {
 				if err != nil || !strings.HasSuffix(got, ",default,me") {
 					t.Fatalf("Lock = %v, lock %q; want it taken by default/me", err, got)
@@ -129,8 +129,8 @@ func TestLockExclusive(t *testing.T) {
 			}
 			mu.Unlock()
 			node, _ := s.Node("n1")
-			if !strings.HasSuffix(node.Annotations[NodeLock], ","+p.Namespace+","+p.Name) {
-				errs <- fmt.Errorf("lock %q while %s holds it", node.Annotations[NodeLock], p.Name)
+			if h, err := annotations.ParseNodeLock(node.Annotations[annotations.NodeLock]); err != nil || !h.Names(p.Namespace, p.Name) {
+				errs <- fmt.Errorf("lock %q while %s holds it", node.Annotations[annotations.NodeLock], p.Name)
 			}
 			time.Sleep(10 * time.Millisecond)
 			mu.Lock()
@@ -146,8 +146,8 @@ func TestLockExclusive(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if node, _ := s.Node("n1"); node.Annotations[NodeLock] != "" {
-		t.Fatalf("lock %q left after every holder released it", node.Annotations[NodeLock])
+	if node, _ := s.Node("n1"); node.Annotations[annotations.NodeLock] != "" {
+		t.Fatalf("lock %q left after every holder released it", node.Annotations[annotations.NodeLock])
 	}
 }
 
@@ -160,8 +160,8 @@ func TestBindNoBinding(t *testing.T) {
 	if err := Bind(context.Background(), kube, me, "n1", annotations.PodDevices{nil, nil}, Options{NoBinding: true}); err == nil {
 		t.Fatal("Bind accepted 2 device entries for 1 container")
 	}
-	if n, _ := s.Node("n1"); n.Annotations[NodeLock] != "" {
-		t.Fatalf("refused Bind left a lock %q", n.Annotations[NodeLock])
+	if n, _ := s.Node("n1"); n.Annotations[annotations.NodeLock] != "" {
+		t.Fatalf("refused Bind left a lock %q", n.Annotations[annotations.NodeLock])
 	}
 	if err := Bind(context.Background(), kube, me, "n1", devs, Options{NoBinding: true}); err != nil {
 		t.Fatal(err)
@@ -175,11 +175,11 @@ func TestBindNoBinding(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, p.Annotations[k], want)
 		}
 	}
-	if p.Annotations[VGPUTime] == "" || p.Annotations[annotations.BindTime] == "" {
+	if p.Annotations[annotations.VGPUTime] == "" || p.Annotations[annotations.BindTime] == "" {
 		t.Errorf("times missing: %v", p.Annotations)
 	}
 	n, _ := s.Node("n1")
-	if _, ns, name, err := ParseLock(n.Annotations[NodeLock]); err != nil || ns != "default" || name != "me" {
-		t.Fatalf("lock %q: %s/%s %v", n.Annotations[NodeLock], ns, name, err)
+	if _, ns, name, err := ParseLock(n.Annotations[annotations.NodeLock]); err != nil || ns != "default" || name != "me" {
+		t.Fatalf("lock %q: %s/%s %v", n.Annotations[annotations.NodeLock], ns, name, err)
 	}
 }

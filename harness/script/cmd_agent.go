@@ -17,6 +17,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 const monitorUsage = "monitor sweep | monitor scrape | monitor start [--enforcement=report|kill] [--period=DURATION] [--allowance=MEM] | " +
@@ -107,7 +108,10 @@ func (st *state) agent(ts *testscript.TestScript) *node.Monitor {
 	return st.monitor
 }
 
-var driverMetric = regexp.MustCompile(`^(hami_container_driver_[a-z_]+|hami_driver_process_memory_bytes|hami_node_driver_unattributed_memory_bytes|hami_monitor_driver_kills_total)\{(.*)\} (\S+)$`)
+// driverMetric matches a sample of the monitor's driver-truth metrics, by their names.
+var driverMetric = regexp.MustCompile(`^(` + strings.Join([]string{metricname.DriverMemory, metricname.DriverMemoryBound,
+	metricname.DriverMemoryOverLimit, metricname.DriverProcesses, metricname.DriverProcessMemory,
+	metricname.DriverUnattributed, metricname.DriverKills}, "|") + `)\{(.*)\} (\S+)$`)
 var labelRE = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
 // driverLines renders the monitor's driver-truth metrics: "POD METRIC LABEL=VALUE... VALUE",
@@ -153,7 +157,7 @@ func (st *state) monitorOver(ts *testscript.TestScript, ctx context.Context, neg
 	holderName := fs.String("holder", "", "")
 	within := fs.Int("within", 2, "")
 	parseFlags(ts, monitorUsage, fs, args[1:], 0)
-	want := regexp.MustCompile(`^hami_container_driver_memory_over_limit\{[^}]*pod_uid="` + regexp.QuoteMeta(pod.UID) + `"[^}]*\} (\S+)$`)
+	want := regexp.MustCompile(`^` + metricname.DriverMemoryOverLimit + `\{[^}]*pod_uid="` + regexp.QuoteMeta(pod.UID) + `"[^}]*\} (\S+)$`)
 	over := func() (judged, isOver bool) {
 		body, err := st.agent(ts).Metrics(ctx)
 		ts.Check(err)

@@ -1,15 +1,19 @@
 // Package allocate turns a pod's devices and the node configuration into a
-// kubelet ContainerAllocateResponse. Each concern (environment, library
-// mounts, cache dir, limits file, MIG, fake driver) has its own helper.
+// kubelet ContainerAllocateResponse. Allocate is one straight path
+// (allocate.go) through one file per concern: the request's devices
+// (devices.go), the library's variables (libenv.go), the container spec's
+// switches (containerspec.go), the host paths (paths.go), the mounts
+// (mounts.go), the compute scheduler's grant (grant.go), the limits file
+// (limits.go), the test bed's fake driver (fakedriver.go) and the HAMi v2.10
+// compatibility profile (compat.go).
 //
 // An Allocator is safe for concurrent use for different containers; the
 // host files it touches are per container.
 package allocate
 
 import (
-	"crypto/rand"
 	"fmt"
-	"slices"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -18,33 +22,6 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
-
-// Profile selects whose behaviour the plugin reproduces.
-type Profile string
-
-const (
-	// ProfileCurrent is this design: usage.cache, limits file by default.
-	ProfileCurrent Profile = "current"
-	// ProfileHAMiV210 behaves like HAMi v2.10's plugin, for version-skew
-	// tests: environment only, a random <uuid>.cache, no file.
-	ProfileHAMiV210 Profile = "hami-v2.10"
-)
-
-// ParseProfile validates a --compat-profile value.
-func ParseProfile(s string) (Profile, error) {
-	switch p := Profile(s); p {
-	case ProfileCurrent, ProfileHAMiV210:
-		return p, nil
-	}
-	return "", fmt.Errorf("compat profile %q is not one of %s|%s", s, ProfileCurrent, ProfileHAMiV210)
-}
-
-// FakeDriver locates fakegpu on the host for the test bed.
-type FakeDriver struct {
-	LibDir      string // holds libcuda.so.1 and libnvidia-ml.so.1
-	ProfilePath string // fakegpu profile; "" = none
-	StateDir    string // shared device state; "" = none
-}
 
 // Options configure an Allocator.
 type Options struct {
@@ -122,10 +99,6 @@ type Request struct {
 	MIG bool
 }
 
-// MaxDevices is how many devices libvgpu.so limits per container: it reads
-// CUDA_DEVICE_MEMORY_LIMIT_0 .. _15 and nothing beyond.
-const MaxDevices = 16
-
 // IsMIG reports whether the request gets MIG treatment: the node runs in
 // MIG mode or the request is for MIG devices.
 func (a *Allocator) IsMIG(req Request) bool {
@@ -142,48 +115,31 @@ func (a *Allocator) Allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	return resp, nil
 }
 
+// allocate is the request's one path through the package: check it, name its
+// host files, then build what the container gets in order: its environment
+// (libenv.go, devices.go), its mounts (mounts.go, fakedriver.go, grant.go)
+// and, last, once the environment is final, its limits file (limits.go).
 func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse, error) {
-	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
-
 	// Checked before the pod and container: kubelet's static MIG resources
 	// are not scheduled by HAMi and have no container entry.
 	if a.IsMIG(req) {
-		// MIG isolation is the hardware's: no HAMi variables, no libvgpu or
-		// preload, hence nothing to write. The device is the kubelet's, as
-		// the device table names it; a placement never chooses it.
-		if len(req.UUIDs) == 0 || len(req.UUIDs) != len(req.DeviceIDs) {
-			return nil, fmt.Errorf("MIG request for %v without the device table's identities of those devices", req.DeviceIDs)
-		}
-		resp.Envs[EnvVisibleDevices] = visibleDevices(req.UUIDs)
-		a.fakeDriverMounts(resp)
-		return resp, nil
+		return a.allocateMIG(req)
 	}
-
-	if req.Pod == nil || req.Container == nil {
-		return nil, fmt.Errorf("request without pod or container")
-	}
-	if len(req.Devices) == 0 {
-		return nil, fmt.Errorf("no devices assigned")
-	}
-	if len(req.Devices) > MaxDevices {
-		return nil, fmt.Errorf("%d devices in one container, but libvgpu.so limits at most %d (CUDA_DEVICE_MEMORY_LIMIT_0..%d): devices past that would run unlimited; ask for at most %d",
-			len(req.Devices), MaxDevices, MaxDevices-1, MaxDevices)
-	}
-	if req.UUIDs != nil && !sameGPUs(uuids(req.Devices), req.UUIDs) {
-		return nil, fmt.Errorf("the placement names %v, but the kubelet allocated %v: refusing another GPU", uuids(req.Devices), req.UUIDs)
+	if err := checkDevices(req); err != nil {
+		return nil, err
 	}
 	key, err := ContainerKey(string(req.Pod.UID), req.Container.Name)
 	if err != nil {
 		return nil, fmt.Errorf("unsafe container directory name: %w", err)
 	}
 	p := a.paths(key)
+	disabled := controlDisabled(req.Container)
 
+	env := a.libraryEnv(req)
+	resp := &pluginapi.ContainerAllocateResponse{Envs: maps.Clone(env)}
 	resp.Envs[EnvVisibleDevices] = visibleDevices(uuids(req.Devices))
-	env := a.hamiEnv(req)
-	for k, v := range env {
-		resp.Envs[k] = v
-	}
-	a.libraryMounts(resp, p, controlDisabled(req.Container))
+
+	a.libraryMounts(resp, p, disabled)
 	if err := a.cacheDirMount(resp, p); err != nil {
 		return nil, err
 	}
@@ -191,52 +147,28 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 		return nil, err
 	}
 	a.fakeDriverMounts(resp)
-	if a.opts.ComputeScheduler && a.opts.Profile != ProfileHAMiV210 && !controlDisabled(req.Container) {
+	if a.opts.ComputeScheduler && a.opts.Profile != ProfileHAMiV210 && !disabled {
 		if err := a.grantMount(resp, key, req.Devices); err != nil {
 			return nil, err
 		}
 	}
 
-	switch {
-	case a.opts.Profile == ProfileHAMiV210:
-		// v2.10 knows no file; leave whatever is on disk alone, as it would.
-	case req.Delivery == v1.LimitDeliveryEnv:
-		// A file from an earlier file-mode allocation would be stale.
-		if err := a.publisher.RemoveFile(p.limitsFile); err != nil {
-			return nil, err
-		}
-	default:
-		if err := a.limitsFile(resp, p, req.Container, env); err != nil {
-			return nil, err
-		}
+	if err := a.deliverLimits(resp, p, req, env); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// randomUUID returns a random RFC 4122 version 4 UUID, the shape of the
-// names HAMi v2.10 gave its cache files.
-func randomUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// sameGPUs reports whether a and b name the same devices as many times.
-func sameGPUs(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
-}
-
-func uuids(devs annotations.ContainerDevices) []string {
-	out := make([]string, len(devs))
-	for i, d := range devs {
-		out[i] = d.UUID
+// allocateMIG answers a MIG request. MIG isolation is the hardware's: no HAMi
+// variables, no libvgpu or preload, hence nothing to write. The device is the
+// kubelet's, as the device table names it; a placement never chooses it.
+func (a *Allocator) allocateMIG(req Request) (*pluginapi.ContainerAllocateResponse, error) {
+	if len(req.UUIDs) == 0 || len(req.UUIDs) != len(req.DeviceIDs) {
+		return nil, fmt.Errorf("MIG request for %v without the device table's identities of those devices", req.DeviceIDs)
 	}
-	return out
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvVisibleDevices: visibleDevices(req.UUIDs)}}
+	a.fakeDriverMounts(resp)
+	return resp, nil
 }
 
 func podNS(p *corev1.Pod) string {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -533,7 +534,7 @@ func TestAllocateTooManyDevices(t *testing.T) {
 			devs[i] = annotations.ContainerDevice{UUID: fmt.Sprintf("GPU-%d", i), Type: "NVIDIA", UsedMem: 1000, UsedCores: 10}
 		}
 		_, err := a.Allocate(mkReq("u1", "c", nil, devs...))
-		if n <= MaxDevices {
+		if n <= libvars.Devices {
 			if err != nil {
 				t.Fatalf("%d devices: %v", n, err)
 			}

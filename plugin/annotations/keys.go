@@ -26,6 +26,10 @@ const (
 	// NodeLock is the node annotation the scheduler sets while it binds a
 	// pod to the node: "<RFC3339>,<namespace>,<podName>".
 	NodeLock = "hami.io/mutex.lock"
+	// NodeRegister is the node annotation HAMi's device plugin publishes its
+	// devices in (JSON); this plugin does not write it (the harness's
+	// wire-protocol plugin does).
+	NodeRegister = "hami.io/node-nvidia-register"
 )
 
 // PlacementKeys make up the scheduler's placement of a pod. Only the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/region"
 )
@@ -159,7 +160,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	if c, bad := r.envAgainstFile(name, p); bad {
 		return c
 	}
-	r.cache = p.Vars["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+	r.cache = p.Vars[libvars.SharedCache]
 	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", containerLimitsFile, len(p.Vars)))
 }
 
@@ -170,7 +171,7 @@ func (r *podRun) noLimitsFile(name string) Check {
 		// The kubelet keeps the pod spec's value over the plugin's, so in env mode a spec
 		// that sets a limit variable itself is its own limit (docs/attacks.md).
 		for i, dv := range r.devs {
-			key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+			key := libvars.MemoryLimitOf(i)
 			if got, err := limitsfile.ParseMemory(r.env[key]); err != nil || got != uint64(dv.UsedMem)<<20 {
 				return fail(name, fmt.Sprintf("env mode: the environment has %s=%q, the scheduler assigned %d MiB", key, r.env[key], dv.UsedMem),
 					"the pod spec sets the limit variable itself, and in env mode the kubelet keeps the spec's value over the plugin's",
@@ -199,7 +200,7 @@ func (r *podRun) fileAgainstDecision(name string, p *limitsfile.Parsed) (Check, 
 		return fail(name, fmt.Sprintf("%s=%q, want %s", limitsfile.FormatKey, v, limitsfile.FormatVersion), "not a limits file of this format", "recreate the pod"), true
 	}
 	for i, dv := range r.devs {
-		key := fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)
+		key := libvars.MemoryLimitOf(i)
 		got, err := limitsfile.ParseMemory(p.Vars[key])
 		if err != nil || got != uint64(dv.UsedMem)<<20 {
 			return fail(name, fmt.Sprintf("%s=%q, the scheduler assigned %d MiB", key, p.Vars[key], dv.UsedMem),
@@ -207,7 +208,7 @@ func (r *podRun) fileAgainstDecision(name string, p *limitsfile.Parsed) (Check, 
 		}
 	}
 	if len(r.devs) > 0 {
-		if got, want := p.Vars["CUDA_DEVICE_SM_LIMIT"], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
+		if got, want := p.Vars[libvars.SMLimit], strconv.Itoa(int(r.devs[0].UsedCores)); got != want {
 			return fail(name, fmt.Sprintf("CUDA_DEVICE_SM_LIMIT=%q, the scheduler assigned %s%% (device 0 speaks for all)", got, want),
 				"the file does not carry the scheduler's compute limit", "recreate the pod"), true
 		}
@@ -265,7 +266,7 @@ func (r *podRun) checkUsageCache(ctx context.Context) Check {
 	}
 	path := r.cache
 	if path == "" {
-		path = r.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+		path = r.env[libvars.SharedCache]
 	}
 	if path == "" {
 		path = defaultUsageCache

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 // checkDriver: driver truth beside the regions'. The monitor's driver-truth accounting reads the
@@ -18,20 +20,20 @@ func (r *nodeRun) checkDriver(_ context.Context) Check {
 		return warn(name, "skipped: the monitor's metrics cannot be read", "", "")
 	}
 	body := r.metrics
-	if len(metricSamples(body, "hami_monitor_driver_last_pass_timestamp_seconds")) == 0 {
+	if len(metricSamples(body, metricname.DriverLastPass)) == 0 {
 		return warn(name, "the monitor exports no driver-truth accounting", "it runs with --accounting-interval=0, or it predates driver-truth accounting",
 			"set monitor.accountingInterval (docs/configuration.md) and upgrade the chart")
 	}
 	region := map[string]float64{}
-	for _, s := range metricSamples(body, "hami_container_memory_used_bytes") {
+	for _, s := range metricSamples(body, metricname.MemoryUsed) {
 		region[s.labels["pod_uid"]+"_"+s.labels["container"]+"/"+s.labels["device_index"]] = s.value
 	}
 	bound := map[string]float64{}
-	for _, s := range metricSamples(body, "hami_container_driver_memory_bound_bytes") {
+	for _, s := range metricSamples(body, metricname.DriverMemoryBound) {
 		bound[s.key()] = s.value
 	}
 	var rows, over, unseen, strays []string
-	for _, s := range metricSamples(body, "hami_container_driver_memory_bytes") {
+	for _, s := range metricSamples(body, metricname.DriverMemory) {
 		row := fmt.Sprintf("%s on %s: driver %s", r.container(s.labels), s.labels["gpu_uuid"], mib(s.value))
 		if v, ok := region[s.labels["pod_uid"]+"_"+s.labels["container"]+"/"+s.labels["device_index"]]; ok {
 			row += ", region " + mib(v)
@@ -43,13 +45,13 @@ func (r *nodeRun) checkDriver(_ context.Context) Check {
 		}
 		rows = append(rows, row)
 	}
-	for _, s := range metricSamples(body, "hami_container_driver_memory_over_limit") {
+	for _, s := range metricSamples(body, metricname.DriverMemoryOverLimit) {
 		if s.value == 1 {
 			over = append(over, fmt.Sprintf("%s on %s (driver %s, limit with allowance %s)", r.container(s.labels), s.labels["gpu_uuid"],
 				mib(driverBytes(body, s.key())), mib(bound[s.key()])))
 		}
 	}
-	for _, s := range metricSamples(body, "hami_driver_process_memory_bytes") {
+	for _, s := range metricSamples(body, metricname.DriverProcessMemory) {
 		p := fmt.Sprintf("pid %s on %s holds %s", s.labels["pid"], s.labels["gpu_uuid"], mib(s.value))
 		switch {
 		case s.labels["pod_uid"] == "":
@@ -78,7 +80,7 @@ func (r *nodeRun) checkDriver(_ context.Context) Check {
 		return warn(name, "GPU processes of no known container: "+strings.Join(strays, "; ")+". "+truth,
 			"processes on the host, or of a pod the API server has not reported: reported, never killed", "check the node's own GPU processes (nvidia-smi)")
 	}
-	if n := metricSamples(body, "hami_monitor_driver_errors"); len(n) > 0 && n[0].value > 0 {
+	if n := metricSamples(body, metricname.DriverErrors); len(n) > 0 && n[0].value > 0 {
 		return warn(name, fmt.Sprintf("the last accounting pass could not read %v devices or processes. %s", n[0].value, truth),
 			"a lost GPU, or a process that ended while it was read", "read the monitor's log")
 	}
@@ -94,7 +96,7 @@ func (r *nodeRun) container(l map[string]string) string {
 }
 
 func driverBytes(body []byte, key string) float64 {
-	for _, s := range metricSamples(body, "hami_container_driver_memory_bytes") {
+	for _, s := range metricSamples(body, metricname.DriverMemory) {
 		if s.key() == key {
 			return s.value
 		}

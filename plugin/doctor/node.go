@@ -14,6 +14,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 // nodeRun is what the checks of one node learn, step by step.
@@ -189,7 +190,7 @@ func (r *nodeRun) checkMonitor(ctx context.Context) Check {
 		return warn(name, err.Error(), "the API server cannot reach the monitor's port (or RBAC forbids pods/proxy)", "kubectl -n "+r.pp.pod.Namespace+" port-forward "+r.pp.pod.Name+" "+r.pp.metricsPort)
 	}
 	r.metrics = body
-	seen := metricPodContainers(body, "hami_container_memory_limit_bytes")
+	seen := metricPodContainers(body, metricname.MemoryLimit)
 	var missing []string
 	for k := range r.want {
 		if !seen[k] {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitbed/limitbed/plugin/annotations"
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 )
 
@@ -35,12 +36,12 @@ func ReadLimits(path string) (Limits, error) {
 func placedLimits(devs annotations.ContainerDevices, ctr *corev1.Container) Limits {
 	vars := map[string]string{}
 	for i, d := range devs {
-		vars["CUDA_DEVICE_MEMORY_LIMIT_"+strconv.Itoa(i)] = strconv.Itoa(int(max(d.UsedMem, 0))) + "m"
+		vars[libvars.MemoryLimitOf(i)] = strconv.Itoa(int(max(d.UsedMem, 0))) + "m"
 	}
 	if len(devs) > 0 {
-		vars["CUDA_DEVICE_SM_LIMIT"] = strconv.Itoa(int(max(devs[0].UsedCores, 0)))
+		vars[libvars.SMLimit] = strconv.Itoa(int(max(devs[0].UsedCores, 0)))
 	}
-	for _, k := range []string{"GPU_CORE_UTILIZATION_POLICY", "CUDA_TASK_PRIORITY"} {
+	for _, k := range []string{libvars.CorePolicy, libvars.TaskPriority} {
 		if v, ok := specValue(ctr, k); ok {
 			vars[k] = v
 		}

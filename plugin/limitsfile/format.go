@@ -8,12 +8,14 @@ package limitsfile
 import (
 	"fmt"
 	"strings"
+
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
 const (
 	// FormatKey names the version line every file carries. It is sorted in
 	// with the other keys, not appended, so the file stays one sorted list.
-	FormatKey = "HAMI_LIMITS_FORMAT"
+	FormatKey = libvars.LimitsFormat
 	// FormatVersion is the only version this package writes.
 	FormatVersion = "1"
 
@@ -39,7 +41,7 @@ const (
 )
 
 // memoryKeyPrefix starts every variable whose value is a memory quantity.
-const memoryKeyPrefix = "CUDA_DEVICE_MEMORY_LIMIT"
+const memoryKeyPrefix = libvars.MemoryLimit
 
 // IsMemoryKey reports whether key carries a memory quantity
 // (CUDA_DEVICE_MEMORY_LIMIT or CUDA_DEVICE_MEMORY_LIMIT_<digits>).

@@ -3,11 +3,13 @@ package limitsfile
 import (
 	"strconv"
 	"strings"
+
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
 // MaxDevices is how many devices a file limits: libvgpu.so reads
 // CUDA_DEVICE_MEMORY_LIMIT_0.._15 and CUDA_DEVICE_SM_LIMIT_0.._15, nothing beyond.
-const MaxDevices = 16
+const MaxDevices = libvars.Devices
 
 // Policies of GPU_CORE_UTILIZATION_POLICY, as the library reads them.
 const (
@@ -66,24 +68,24 @@ func Resolve(p *Parsed) Resolved {
 		}
 	}
 	gsm := uint32(100)
-	if v, ok := p.Vars["CUDA_DEVICE_SM_LIMIT"]; ok {
+	if v, ok := p.Vars[libvars.SMLimit]; ok {
 		gsm = percent(v)
 	}
 	for i := 0; i < MaxDevices; i++ {
 		r.SM[i] = gsm
-		if v, ok := p.Vars["CUDA_DEVICE_SM_LIMIT_"+strconv.Itoa(i)]; ok {
+		if v, ok := p.Vars[libvars.SMLimitOf(i)]; ok {
 			r.SM[i] = percent(v)
 		}
 	}
 	r.Policy = PolicyDefault
-	switch p.Vars["GPU_CORE_UTILIZATION_POLICY"] {
+	switch p.Vars[libvars.CorePolicy] {
 	case "force", "FORCE":
 		r.Policy = PolicyForce
 	case "disable", "DISABLE":
 		r.Policy = PolicyDisable
 	}
 	r.Priority = DefaultPriority
-	if v, ok := p.Vars["CUDA_TASK_PRIORITY"]; ok {
+	if v, ok := p.Vars[libvars.TaskPriority]; ok {
 		if n, ok := boundedUint(strings.TrimPrefix(v, "-"), 1000000); ok {
 			r.Priority = int32(n)
 			if strings.HasPrefix(v, "-") {
@@ -91,7 +93,7 @@ func Resolve(p *Parsed) Resolved {
 			}
 		}
 	}
-	switch p.Vars["CUDA_OVERSUBSCRIBE"] {
+	switch p.Vars[libvars.Oversubscribe] {
 	case "true", "TRUE", "True", "1":
 		r.Oversubscribe = true
 	}

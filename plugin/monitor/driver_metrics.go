@@ -4,35 +4,37 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 var (
 	driverLabels   = []string{"pod_uid", "container", "gpu_uuid", "device_index"}
-	descDriverUsed = prometheus.NewDesc("hami_container_driver_memory_bytes",
+	descDriverUsed = prometheus.NewDesc(metricname.DriverMemory,
 		"GPU memory a container's processes hold on a GPU by the driver's count (nvmlDeviceGetComputeRunningProcesses), whatever they loaded; device_index is the GPU's index in the container, -1 for a GPU it was not given.",
 		driverLabels, nil)
-	descDriverBound = prometheus.NewDesc("hami_container_driver_memory_bound_bytes",
+	descDriverBound = prometheus.NewDesc(metricname.DriverMemoryBound,
 		"What a container may hold on a GPU by the driver's count: its memory limit plus the context allowance of each of its processes there (absent when it has no limit there).",
 		driverLabels, nil)
-	descDriverOver = prometheus.NewDesc("hami_container_driver_memory_over_limit",
+	descDriverOver = prometheus.NewDesc(metricname.DriverMemoryOverLimit,
 		"1 when a container holds more on a GPU than its limit plus its processes' context allowance, by the driver's count (absent when it has no limit there).",
 		driverLabels, nil)
-	descDriverProcs = prometheus.NewDesc("hami_container_driver_processes",
+	descDriverProcs = prometheus.NewDesc(metricname.DriverProcesses,
 		"Processes of a container the driver lists on a GPU.",
 		driverLabels, nil)
-	descDriverProcess = prometheus.NewDesc("hami_driver_process_memory_bytes",
+	descDriverProcess = prometheus.NewDesc(metricname.DriverProcessMemory,
 		"GPU memory of one process by the driver's count, with its container (empty: no known container) and whether its container's usage region lists it (in_region: yes, no = it does not go through libvgpu.so, empty = not known).",
 		[]string{"gpu_uuid", "pid", "pod_uid", "container", "in_region"}, nil)
-	descUnattributed = prometheus.NewDesc("hami_node_driver_unattributed_memory_bytes",
+	descUnattributed = prometheus.NewDesc(metricname.DriverUnattributed,
 		"GPU memory of processes that belong to no known container (the host, a pod the API server has not reported): reported, never killed.",
 		[]string{"gpu_uuid"}, nil)
-	descDriverKills = prometheus.NewDesc("hami_monitor_driver_kills_total",
+	descDriverKills = prometheus.NewDesc(metricname.DriverKills,
 		"Processes the monitor killed (enforcement: kill) for putting their container over its GPU memory limit.",
 		[]string{"pod_uid", "container"}, nil)
-	descDriverErrors = prometheus.NewDesc("hami_monitor_driver_errors",
+	descDriverErrors = prometheus.NewDesc(metricname.DriverErrors,
 		"Devices or processes the last accounting pass could not read (or 1 when the identity could not be read).",
 		nil, nil)
-	descDriverPass = prometheus.NewDesc("hami_monitor_driver_last_pass_timestamp_seconds",
+	descDriverPass = prometheus.NewDesc(metricname.DriverLastPass,
 		"When the last driver-truth accounting pass completed.",
 		nil, nil)
 )

@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -63,19 +61,9 @@ type mappedRegion struct {
 // be opened or decoded is skipped with a log line and keeps its switch. When
 // the identity cannot be read, every container is unknown: each is
 // throttled to its limit (fail closed) until the next pass knows better.
+// In three steps: map every container's region header, read each one's
+// state (taking its recent_kernel), then decide and write the switches.
 func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
-	now := time.Now
-	if f.Now != nil {
-		now = f.Now
-	}
-	hold := f.Hold
-	if hold <= 0 {
-		hold = 2 * time.Second
-	}
-	timeout := f.Timeout
-	if timeout <= 0 {
-		timeout = DefaultScrapeTimeout
-	}
 	if f.lastActive == nil {
 		f.lastActive = map[string]time.Time{}
 	}
@@ -89,7 +77,7 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 	snap, err := f.Identity.Snapshot(ctx)
 	if err != nil {
 		f.Logger.Error(err, "Container identity unknown: every container is throttled to its limit this pass")
-		snap = identity.NewSnapshot(now(), nil)
+		snap = identity.NewSnapshot(f.now(), nil)
 	}
 	var keys []Entry
 	var paths []string
@@ -99,16 +87,47 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 			paths = append(paths, filepath.Join(f.Dir, e.Name, UsageCacheName))
 		}
 	}
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = DefaultScrapeTimeout
+	}
 	mapped := safefile.RunAll(&f.inflight, paths, timeout, mapHeader, func(mem []byte) { _ = unix.Munmap(mem) })
-	var regions []mappedRegion
+	states, regions := f.readStates(keys, paths, mapped, snap)
 	defer func() {
 		for _, r := range regions {
 			_ = unix.Munmap(r.mem)
 		}
 	}()
-	t := now()
+	res := PassResult{Switch: Switches(states), Active: map[string]bool{}}
+	prio := map[string]int32{}
+	for _, s := range states {
+		res.Active[s.Key] = s.Active
+		prio[s.Key] = s.Priority
+	}
+	f.writeSwitches(regions, res.Switch, prio)
+	return res, nil
+}
+
+func (f *Feedback) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+// readStates reads the state of every mapped region: whether its container launched within Hold
+// (taking the region's recent_kernel) and, from the identity, its GPUs and priority. A region
+// that failed to map or decode is skipped (and unmapped); the others are returned mapped, for
+// the caller to write and unmap. Containers gone since the last pass are forgotten.
+func (f *Feedback) readStates(keys []Entry, paths []string, mapped map[string]safefile.Result[[]byte], snap *identity.Snapshot) ([]ComputeState, []mappedRegion) {
+	hold := f.Hold
+	if hold <= 0 {
+		hold = 2 * time.Second
+	}
+	t := f.now()
 	seen := map[string]bool{}
 	var states []ComputeState
+	var regions []mappedRegion
 	for i, e := range keys {
 		m := mapped[paths[i]]
 		if m.Err != nil {
@@ -119,12 +138,11 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 		}
 		mem := m.Value
 		var launched bool
-		err = touch(func() (err error) {
+		err := touch(func() (err error) {
 			if _, err = region.DecodeLimitbedCompute(mem); err != nil {
 				return err
 			}
-			// Swap, not read-then-clear: a launch between the two would be lost.
-			launched = atomic.SwapUint32(word(mem, region.LimitbedOffRecentKernel), 0) != 0
+			launched = region.TakeRecentKernel(mem)
 			return nil
 		})
 		if err != nil {
@@ -137,17 +155,7 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 		}
 		seen[e.Name] = true
 		last, ok := f.lastActive[e.Name]
-		st := ComputeState{Key: e.Name, Active: ok && t.Sub(last) < hold, Priority: math.MinInt32}
-		if c, ok := snap.Container(identity.Key{PodUID: e.PodUID, Container: e.Container}); ok {
-			st.Known, st.Priority = true, c.Limits.Priority
-			if c.GPUSource != identity.SourceNone {
-				st.GPUs = []string{}
-				for _, g := range c.GPUs {
-					st.GPUs = append(st.GPUs, g.UUID)
-				}
-			}
-		}
-		states = append(states, st)
+		states = append(states, stateOf(e, ok && t.Sub(last) < hold, snap))
 		regions = append(regions, mappedRegion{key: e.Name, mem: mem})
 	}
 	for k := range f.lastActive {
@@ -155,16 +163,31 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 			delete(f.lastActive, k)
 		}
 	}
-	res := PassResult{Switch: Switches(states), Active: map[string]bool{}}
-	prio := map[string]int32{}
-	for _, s := range states {
-		res.Active[s.Key] = s.Active
-		prio[s.Key] = s.Priority
+	return states, regions
+}
+
+// stateOf is a container's compute state: its activity from its region, its GPUs and priority
+// from the identity only (unknown: no GPUs, the lowest priority).
+func stateOf(e Entry, active bool, snap *identity.Snapshot) ComputeState {
+	st := ComputeState{Key: e.Name, Active: active, Priority: math.MinInt32}
+	if c, ok := snap.Container(identity.Key{PodUID: e.PodUID, Container: e.Container}); ok {
+		st.Known, st.Priority = true, c.Limits.Priority
+		if c.GPUSource != identity.SourceNone {
+			st.GPUs = []string{}
+			for _, g := range c.GPUs {
+				st.GPUs = append(st.GPUs, g.UUID)
+			}
+		}
 	}
+	return st
+}
+
+// writeSwitches writes each region's decided switch, logging a change.
+func (f *Feedback) writeSwitches(regions []mappedRegion, switches map[string]uint32, prio map[string]int32) {
 	for _, r := range regions {
-		want := res.Switch[r.key]
+		want := switches[r.key]
 		var was uint32
-		if err := touch(func() error { was = atomic.SwapUint32(word(r.mem, region.LimitbedOffUtilSwitch), want); return nil }); err != nil {
+		if err := touch(func() error { was = region.SwapUtilSwitch(r.mem, want); return nil }); err != nil {
 			f.Logger.V(2).Info("Skipping region for the compute policy", "container", r.key, "err", err)
 			continue
 		}
@@ -172,7 +195,6 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 			f.Logger.V(1).Info("Compute limit switch", "container", r.key, "on", want == 1, "priority", prio[r.key])
 		}
 	}
-	return res, nil
 }
 
 // Run passes every interval until ctx ends.
@@ -207,12 +229,6 @@ func mapHeader(path string) ([]byte, error) {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
 	return mem, nil
-}
-
-// word is the aligned 32-bit field at off of a mapped header, for atomics
-// that the library's own atomics on the same word see.
-func word(mem []byte, off int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&mem[off]))
 }
 
 // touch runs f over a mapped header. The file is the container's, which can truncate it under the

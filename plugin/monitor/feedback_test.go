@@ -84,7 +84,7 @@ func TestFeedbackNeverOpensTenantNodes(t *testing.T) {
 	if _, ok := res.Switch["pgood_main"]; !ok || len(res.Switch) != 1 {
 		t.Errorf("switches %v: want the good region decided and the three others skipped", res.Switch)
 	}
-	if readU32(t, good, region.LimitbedOffRecentKernel) != 0 {
+	if computeOf(t, good).RecentKernel != 0 {
 		t.Error("the good region's recent_kernel was not taken")
 	}
 }

@@ -12,42 +12,45 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
-// UsageCacheName is the region file in a container directory.
-const UsageCacheName = "usage.cache"
+// UsageCacheName is the region file in a container directory, as the plugin names it.
+const UsageCacheName = allocate.UsageCacheName
 
 var (
-	descFileMemLimit = prometheus.NewDesc("hami_container_memory_limit_bytes",
+	descFileMemLimit = prometheus.NewDesc(metricname.MemoryLimit,
 		"Memory limit of a container's device as delivered in its limits file.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descFileCoreLimit = prometheus.NewDesc("hami_container_core_limit_ratio",
+	descFileCoreLimit = prometheus.NewDesc(metricname.CoreLimit,
 		"Compute limit of a container as delivered in its limits file (CUDA_DEVICE_SM_LIMIT/100; 0 = none).",
 		[]string{"pod_uid", "container"}, nil)
-	descUsed = prometheus.NewDesc("hami_container_memory_used_bytes",
+	descUsed = prometheus.NewDesc(metricname.MemoryUsed,
 		"Device memory reserved by a container's processes, the counter its library checks the limit against (limitbed: used_total of the usage region; HAMi-core: the sum over its slots).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descLiveUsed = prometheus.NewDesc("hami_container_memory_live_bytes",
+	descLiveUsed = prometheus.NewDesc(metricname.MemoryLive,
 		"Device memory held by a container's live processes: the usage region's live slots summed.",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descProcesses = prometheus.NewDesc("hami_container_processes",
+	descProcesses = prometheus.NewDesc(metricname.Processes,
 		"Live processes of a container: usage-region slots whose lock byte is held (limitbed) or whose pid is set (HAMi-core).",
 		[]string{"pod_uid", "container"}, nil)
-	descDeadSlots = prometheus.NewDesc("hami_container_region_dead_slots",
+	descDeadSlots = prometheus.NewDesc(metricname.RegionDeadSlots,
 		"Usage-region slots whose process is gone and that no process has reclaimed yet (limitbed: their bytes still count in used_total).",
 		[]string{"pod_uid", "container"}, nil)
-	descOverflow = prometheus.NewDesc("hami_container_region_overflow",
+	descOverflow = prometheus.NewDesc(metricname.RegionOverflow,
 		"1 when a process of the container had to account outside the usage region's slots (used_total may hold bytes of no slot).",
 		[]string{"pod_uid", "container"}, nil)
-	descRegionLimit = prometheus.NewDesc("hami_container_region_memory_limit_bytes",
+	descRegionLimit = prometheus.NewDesc(metricname.RegionMemoryLimit,
 		"Memory limit stamped into a container's usage region (absent when unlimited).",
 		[]string{"pod_uid", "container", "device_index"}, nil)
-	descRegionErrors = prometheus.NewDesc("hami_container_region_errors",
+	descRegionErrors = prometheus.NewDesc(metricname.RegionErrors,
 		"1 when a container's usage region could not be decoded.",
 		[]string{"pod_uid", "container"}, nil)
-	descRegionRejected = prometheus.NewDesc("hami_container_region_file_rejected",
+	descRegionRejected = prometheus.NewDesc(metricname.RegionFileRejected,
 		"1 when a container's usage.cache was not read: a symlink, not a regular file, not a region's size, unreadable, or its read ran past the scrape deadline (reason).",
 		[]string{"pod_uid", "container", "reason"}, nil)
 )
@@ -125,7 +128,7 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		idx, ok := strings.CutPrefix(k, "CUDA_DEVICE_MEMORY_LIMIT_")
+		idx, ok := strings.CutPrefix(k, libvars.MemoryLimit+"_")
 		if !ok || !limitsfile.IsMemoryKey(k) {
 			continue
 		}
@@ -133,7 +136,7 @@ func (c *Collector) collectLimits(ch chan<- prometheus.Metric, e Entry) {
 			ch <- prometheus.MustNewConstMetric(descFileMemLimit, prometheus.GaugeValue, float64(n), uid, ctr, idx)
 		}
 	}
-	if sm, err := strconv.ParseUint(vars["CUDA_DEVICE_SM_LIMIT"], 10, 32); err == nil {
+	if sm, err := strconv.ParseUint(vars[libvars.SMLimit], 10, 32); err == nil {
 		ch <- prometheus.MustNewConstMetric(descFileCoreLimit, prometheus.GaugeValue, float64(sm)/100, uid, ctr)
 	}
 }
@@ -177,7 +180,7 @@ func (c *Collector) collectRegion(ch chan<- prometheus.Metric, e Entry, r region
 // SweepMetrics counts sweep removals: hami_monitor_removed_total{kind}.
 func SweepMetrics(reg prometheus.Registerer) func(Kind) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hami_monitor_removed_total",
+		Name: metricname.Removed,
 		Help: "Entries removed from the containers directory, by kind (dir, limits, temp).",
 	}, []string{"kind"})
 	reg.MustRegister(c)

@@ -2,10 +2,8 @@ package monitor
 
 import (
 	"context"
-	"encoding/binary"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,13 +84,17 @@ func computeRegion(t *testing.T, dir, name string, priority int32, recent uint32
 	return p
 }
 
-func readU32(t *testing.T, path string, off int) uint32 {
+func computeOf(t *testing.T, path string) region.Compute {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return binary.NativeEndian.Uint32(b[off:])
+	c, err := region.DecodeLimitbedCompute(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // staticIdentity is an IdentitySource of fixed containers.
@@ -140,10 +142,10 @@ func TestFeedbackPass(t *testing.T) {
 	if res.Switch["pa_main"] != 0 || res.Switch["pb_main"] != 1 || res.Switch["pc_main"] != 0 || len(res.Switch) != 3 {
 		t.Fatalf("first pass: %v", res.Switch)
 	}
-	if readU32(t, a, region.LimitbedOffUtilSwitch) != 0 || readU32(t, b, region.LimitbedOffUtilSwitch) != 1 || readU32(t, other, region.LimitbedOffUtilSwitch) != 0 {
+	if computeOf(t, a).UtilSwitch != 0 || computeOf(t, b).UtilSwitch != 1 || computeOf(t, other).UtilSwitch != 0 {
 		t.Fatal("util_switch not written into the regions")
 	}
-	if readU32(t, a, region.LimitbedOffRecentKernel) != 0 {
+	if computeOf(t, a).RecentKernel != 0 {
 		t.Fatal("recent_kernel not cleared")
 	}
 	// Within Hold, a is still active without launching again; then it expires.
@@ -155,7 +157,7 @@ func TestFeedbackPass(t *testing.T) {
 	if res, _ = f.Pass(context.Background()); res.Switch["pb_main"] != 0 || res.Active["pa_main"] {
 		t.Fatalf("after hold: %v %v", res.Switch, res.Active)
 	}
-	if readU32(t, b, region.LimitbedOffUtilSwitch) != 0 {
+	if computeOf(t, b).UtilSwitch != 0 {
 		t.Fatal("switch not cleared in the region after the neighbour went quiet")
 	}
 }
@@ -178,7 +180,7 @@ func TestFeedbackSurvivesTruncationUnderMapping(t *testing.T) {
 	if err := os.Truncate(p, 0); err != nil {
 		t.Fatal(err)
 	}
-	err = touch(func() error { _ = atomic.LoadUint32(word(mem, region.LimitbedOffRecentKernel)); return nil })
+	err = touch(func() error { _ = region.TakeRecentKernel(mem); return nil })
 	if err == nil {
 		t.Fatal("reading a truncated mapping reported no fault")
 	}

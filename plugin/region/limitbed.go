@@ -160,13 +160,11 @@ func decodeLimitbed(b []byte, opt Options) (Region, error) {
 	return r, nil
 }
 
-// The header words the node monitor writes for the `default` compute policy, for its writer: it
-// maps the header and swaps these words atomically, as libvgpu.so does on its side.
+// The header's size (what the monitor maps; its two words are written by mapped.go) and the
+// size of a GPU's UUID in it.
 const (
-	LimitbedHeaderSize      = lbHeaderSize
-	LimitbedOffUtilSwitch   = lbOffUtilSwitch
-	LimitbedOffRecentKernel = lbOffRecentKernel
-	UUIDBytes               = lbUUIDBytes
+	LimitbedHeaderSize = lbHeaderSize
+	UUIDBytes          = lbUUIDBytes
 	// The words a tenant may forge (tests of the node's distrust of them): the priority and
 	// the GPUs its processes launched on.
 	LimitbedOffPriority = lbOffPriority

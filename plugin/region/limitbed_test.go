@@ -197,18 +197,8 @@ type cLayout struct {
 // drift. The fields must also tile each structure without a gap, so a field
 // added to region.h but not listed in layout.c fails too.
 func TestLayoutMatchesRegionH(t *testing.T) {
-	root := cbuild.RepoRoot()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Fatalf("a C compiler (cc) is required: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "layout")
-	out, err := exec.Command(cc, "-std=c11", "-Wall", "-Wextra", "-Werror",
-		"-I", filepath.Join(root, "hamicore", "include"), "-o", bin, filepath.Join("testdata", "layout.c")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("compile testdata/layout.c: %v\n%s", err, out)
-	}
-	out, err = exec.Command(bin).Output()
+	bin := cbuild.Program(t, []string{"hamicore/include"}, filepath.Join("testdata", "layout.c"))
+	out, err := exec.Command(bin).Output()
 	if err != nil {
 		t.Fatalf("run layout: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
 // ToolDir is where the harness bind-mounts fakegpu's and hamicore's tools in every container.
@@ -56,7 +57,7 @@ func (n *Node) addDriver(spec *sandbox.ContainerSpec) {
 // CacheFile returns the pod's shared region as the container sees it (the response's
 // CUDA_DEVICE_MEMORY_SHARED_CACHE) and on the host; "" when the response sets none (MIG).
 func (p *Pod) CacheFile() (container, host string) {
-	c := p.Resp.GetEnvs()[allocate.EnvSharedCache]
+	c := p.Resp.GetEnvs()[libvars.SharedCache]
 	if c == "" {
 		return "", ""
 	}

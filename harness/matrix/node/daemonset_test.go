@@ -75,8 +75,8 @@ func TestDaemonSetFixedSocketDir(t *testing.T) {
 		t.Fatal("node missing from the API server")
 	}
 	var reg []map[string]any
-	if err := json.Unmarshal([]byte(node.Annotations["hami.io/node-nvidia-register"]), &reg); err != nil || len(reg) != 1 {
-		t.Fatalf("hami.io/node-nvidia-register = %q (%v), want one device", node.Annotations["hami.io/node-nvidia-register"], err)
+	if err := json.Unmarshal([]byte(node.Annotations[annotations.NodeRegister]), &reg); err != nil || len(reg) != 1 {
+		t.Fatalf("hami.io/node-nvidia-register = %q (%v), want one device", node.Annotations[annotations.NodeRegister], err)
 	}
 
 	p, err := n.Allocate(ctx, PodSpec{Name: "p", GPUMem: 3000})
@@ -167,7 +167,7 @@ func TestDaemonSetHAMiPlugin(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		node, _ := n.api.Node(Name)
-		if node.Annotations["hami.io/node-nvidia-register"] != "" {
+		if node.Annotations[annotations.NodeRegister] != "" {
 			break
 		}
 		if time.Now().After(deadline) {

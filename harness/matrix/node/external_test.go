@@ -16,6 +16,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/deviceplugin/fakekubelet"
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
 func testConfig(t *testing.T, profile allocate.Profile, delivery v1.LimitDelivery) Config {
@@ -42,7 +43,7 @@ func shape(p *Pod) string {
 	var out []string
 	for k, v := range p.Resp.GetEnvs() {
 		switch k {
-		case allocate.EnvSharedCache, allocate.EnvVisibleDevices:
+		case libvars.SharedCache, allocate.EnvVisibleDevices:
 			v = "<varies>"
 		}
 		out = append(out, "env "+k+"="+v)
@@ -111,8 +112,8 @@ func TestExternalPluginMatchesInProcess(t *testing.T) {
 			if g, w := shape(got), shape(want); g != w {
 				t.Fatalf("external Allocate response:\n%s\nin process:\n%s", g, w)
 			}
-			if l := got.Resp.GetEnvs()[allocate.EnvMemoryLimitPrefix+"0"]; l != "3000m" {
-				t.Errorf("%s0 = %q, want 3000m", allocate.EnvMemoryLimitPrefix, l)
+			if l := got.Resp.GetEnvs()[libvars.MemoryLimitOf(0)]; l != "3000m" {
+				t.Errorf("%s0 = %q, want 3000m", libvars.MemoryLimit+"_", l)
 			}
 			_, statErr := os.Stat(got.LimitsFile)
 			if wantFile := tc.profile == "current" && tc.delivery == "file"; (statErr == nil) != wantFile {

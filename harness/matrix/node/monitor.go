@@ -19,6 +19,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 // MonitorConfig is how the node runs the vgpu-monitor.
@@ -98,7 +99,7 @@ func (n *Node) StartMonitor(ctx context.Context, mc MonitorConfig) (*Monitor, er
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		body, err := m.Metrics(ctx)
-		if err == nil && strings.Contains(body, "hami_monitor_driver_last_pass_timestamp_seconds ") {
+		if err == nil && strings.Contains(body, metricname.DriverLastPass+" ") {
 			return m, nil
 		}
 		if err == nil {

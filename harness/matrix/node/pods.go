@@ -196,5 +196,5 @@ func (n *Node) NodeLock(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("get node %s: %w", Name, err)
 	}
-	return node.Annotations[scheduler.NodeLock], nil
+	return node.Annotations[annotations.NodeLock], nil
 }

@@ -137,24 +137,6 @@ func TestHelmValuesAndDefaults(t *testing.T) {
 	}
 }
 
-func TestLibraryVariablesReadsTheEnum(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "hamicore", "src"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	h := "enum other { LB_VAR_NOT = 0, /* NOT_ME */ };\nenum lb_var {\n    LB_VAR_MEM = 0, /* CUDA_DEVICE_MEMORY_LIMIT */\n    LB_VAR_MEM_DEV0 = 1, /* CUDA_DEVICE_MEMORY_LIMIT_<i> */\n    LB_VAR_COUNT\n};\n"
-	if err := os.WriteFile(filepath.Join(root, "hamicore", "src", "limitsfile.h"), []byte(h), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := LibraryVariables(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_<i>"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("LibraryVariables = %v, want %v", got, want)
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(sample))
 	f.Add([]byte("<!-- configref:a -->\n| n |\n|---|\n| `x` |\n"))

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,40 +152,6 @@ func RenderDefault(v any) (string, error) {
 		return "", fmt.Errorf("render default: %w", err)
 	}
 	return string(b), nil
-}
-
-// libVarComment matches a member of hamicore's `enum lb_var` with the variable it stands for:
-// `LB_VAR_SM, /* CUDA_DEVICE_SM_LIMIT */`.
-var libVarComment = regexp.MustCompile(`^\s*LB_VAR_[A-Z0-9_]+\b[^/]*/\*\s*([A-Z][A-Z0-9_]*(?:<i>)?)\s*\*/`)
-
-// LibraryVariables returns the variables libvgpu.so reads (from the environment and from the
-// limits file), from the single list the C loader keeps: hamicore/src/limitsfile.h's enum lb_var,
-// each member commented with its variable's name.
-func LibraryVariables(root string) ([]string, error) {
-	p := filepath.Join(root, "hamicore", "src", "limitsfile.h")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("read the library's variable list: %w", err)
-	}
-	src := string(b)
-	start := strings.Index(src, "enum lb_var {")
-	if start < 0 {
-		return nil, fmt.Errorf("%s: no `enum lb_var {`", p)
-	}
-	end := strings.Index(src[start:], "};")
-	if end < 0 {
-		return nil, fmt.Errorf("%s: enum lb_var does not end", p)
-	}
-	seen := map[string]bool{}
-	for _, line := range strings.Split(src[start:start+end], "\n") {
-		if m := libVarComment.FindStringSubmatch(line); m != nil {
-			seen[m[1]] = true
-		}
-	}
-	if len(seen) == 0 {
-		return nil, fmt.Errorf("%s: enum lb_var names no variable in its comments", p)
-	}
-	return sortedKeys(seen), nil
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -40,13 +40,10 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/libvars"
 )
 
-const (
-	registerAnnotation = "hami.io/node-nvidia-register"
-	lockAnnotation     = "hami.io/mutex.lock"
-	socketName         = "limitbed-wire.sock"
-)
+const socketName = "limitbed-wire.sock"
 
 func main() {
 	resource := flag.String("resource", "nvidia.com/gpu", "resource name to register")
@@ -133,7 +130,7 @@ func (p *plugin) register(ctx context.Context, devs []map[string]any) error {
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{registerAnnotation: string(val)}}})
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.NodeRegister: string(val)}}})
 	if err != nil {
 		return err
 	}
@@ -184,7 +181,7 @@ func (p *plugin) allocate(ctx context.Context, pod *corev1.Pod, req *pluginapi.A
 		devs = devs.Erase(idx)
 		envs := map[string]string{"NVIDIA_VISIBLE_DEVICES": cdevs[0].UUID}
 		for i, d := range cdevs {
-			envs[fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d", i)] = fmt.Sprintf("%dm", d.UsedMem)
+			envs[libvars.MemoryLimitOf(i)] = fmt.Sprintf("%dm", d.UsedMem)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: envs})
 	}
@@ -207,10 +204,8 @@ func (p *plugin) pendingPod(ctx context.Context) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get node %s: %w", p.node, err)
 	}
-	if v, ok := n.Annotations[lockAnnotation]; ok {
-		if parts := strings.Split(v, ","); len(parts) == 3 {
-			return p.kube.CoreV1().Pods(parts[1]).Get(ctx, parts[2], metav1.GetOptions{})
-		}
+	if h, err := annotations.ParseNodeLock(n.Annotations[annotations.NodeLock]); err == nil && h.Name != "" {
+		return p.kube.CoreV1().Pods(h.Namespace).Get(ctx, h.Name, metav1.GetOptions{})
 	}
 	list, err := p.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.node})
 	if err != nil {
@@ -237,11 +232,11 @@ func (p *plugin) finish(ctx context.Context, pod *corev1.Pod, phase annotations.
 			fmt.Fprintln(os.Stderr, "wireplugin: release lock:", err)
 			return
 		}
-		v, ok := n.Annotations[lockAnnotation]
-		if !ok || !strings.HasSuffix(v, ","+pod.Namespace+","+pod.Name) {
+		v := n.Annotations[annotations.NodeLock]
+		if h, err := annotations.ParseNodeLock(v); err != nil || !h.Names(pod.Namespace, pod.Name) {
 			return
 		}
-		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null},"resourceVersion":%q}}`, lockAnnotation, n.ResourceVersion)
+		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:null},"resourceVersion":%q}}`, annotations.NodeLock, n.ResourceVersion)
 		_, err = p.kube.CoreV1().Nodes().Patch(ctx, p.node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 		if err == nil {
 			fmt.Println("released", v)

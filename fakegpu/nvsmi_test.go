@@ -11,7 +11,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/nvsmi"
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // smi runs Debian's nvidia-smi (extracted, never installed: harness/nvsmi) against h's fakegpu.
@@ -31,7 +31,7 @@ func smiBinary(t *testing.T) string {
 	t.Helper()
 	bin, err := nvsmi.Locate()
 	if err != nil {
-		sandboxtest.SkipUnlessCI(t, "the real nvidia-smi: "+err.Error())
+		tier.Unavailable(t, tier.NvidiaSMI, err.Error())
 	}
 	return bin
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // clusterName is the kind cluster's name: LIMITBED_E2E_CLUSTER, default limitbed-e2e. A leftover
@@ -248,7 +249,7 @@ func exportLogs(logger *slog.Logger, e *testEnv) {
 func need(t *testing.T) *testEnv {
 	t.Helper()
 	if env == nil {
-		t.Skip("LIMITBED_E2E is not set (make e2e runs this tier)")
+		tier.Unavailable(t, tier.Kind, "LIMITBED_E2E is not set")
 	}
 	return env
 }

@@ -396,6 +396,85 @@ static void on_child(int sig)
     errno = saved;
 }
 
+/* One command line of the judge's: memload's verbs, each answered with one reply line. */
+static void dispatch(const char *line)
+{
+    char op[32] = "", a1[256] = "", a2[256] = "", a3[64] = "", a4[64] = "";
+    int nf = sscanf(line, "%31s %255s %255s %63s %63s", op, a1, a2, a3, a4);
+    if (nf < 1)
+        return;
+    long id = strtol(a1, NULL, 10);
+    if (!strcmp(op, "init") || !strcmp(op, "use"))
+        cmd_init((int)id); /* use: cuInit again is a no-op: the same reply, with the UUID */
+    else if (!strcmp(op, "alloc"))
+        cmd_alloc(id, a2, strtoull(a3, NULL, 10));
+    else if (!strcmp(op, "graph"))
+        cmd_graph(id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10), atoi(a4));
+    else if (!strcmp(op, "free"))
+        cmd_free(id);
+    else if (!strcmp(op, "ipcget"))
+        cmd_ipcget(id);
+    else if (!strcmp(op, "ipcopen"))
+        cmd_ipcopen(id, a2);
+    else if (!strcmp(op, "vmmexport"))
+        cmd_vmmexport(id);
+    else if (!strcmp(op, "vmmimport"))
+        cmd_vmmimport(id, atoi(a2), atoi(a3), strtoull(a4, NULL, 10));
+    else if (!strcmp(op, "ctxcreate"))
+        cmd_ctxcreate(id, atoi(a2));
+    else if (!strcmp(op, "reset"))
+        cmd_reset((int)id);
+    else if (!strcmp(op, "trim"))
+        cmd_trim();
+    else if (!strcmp(op, "poolcycle"))
+        cmd_poolcycle(id);
+    else if (!strcmp(op, "burst"))
+        cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
+    else if (!strcmp(op, "sigalloc"))
+        cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2), strtol(a3, NULL, 10));
+    else if (!strcmp(op, "sigfree"))
+        cmd_sigfree();
+    else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))
+        cmd_fork(a1, !strcmp(op, "spawn"));
+    else if (!strcmp(op, "closeall"))
+        reply(close_all(!strcmp(a1, "keepdriver")) == 0 ? "ok" : "err -1 close_range");
+    else if (!strcmp(op, "closecache")) {
+        int fd = open(a1, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        reply(fd >= 0 ? "ok" : "err -1 open %s", a1);
+    } else if (!strcmp(op, "exhaust"))
+        cmd_exhaust();
+    else if (!strcmp(op, "unexhaust"))
+        cmd_unexhaust();
+    else if (!strcmp(op, "exit"))
+        exit(0);
+    else
+        reply("err -1 unknown command %s", op);
+}
+
+/* The command loop: a line at a time from standard input, until its end. */
+static int serve(void)
+{
+    char line[1024];
+    size_t len = 0;
+    for (;;) {
+        ssize_t got = read(0, line + len, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return 0;
+        if (line[len] != '\n') {
+            if (len < sizeof line - 1)
+                len++;
+            continue;
+        }
+        line[len] = 0;
+        len = 0;
+        dispatch(line);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--connect")) {
@@ -416,74 +495,5 @@ int main(int argc, char **argv)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGCHLD, &sa, NULL);
     reply("hello %d", (int)getpid());
-    char line[1024];
-    size_t len = 0;
-    for (;;) {
-        ssize_t got = read(0, line + len, 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return 0;
-        if (line[len] != '\n') {
-            if (len < sizeof line - 1)
-                len++;
-            continue;
-        }
-        line[len] = 0;
-        len = 0;
-        char op[32] = "", a1[256] = "", a2[256] = "", a3[64] = "", a4[64] = "";
-        int nf = sscanf(line, "%31s %255s %255s %63s %63s", op, a1, a2, a3, a4);
-        if (nf < 1)
-            continue;
-        long id = strtol(a1, NULL, 10);
-        if (!strcmp(op, "init"))
-            cmd_init((int)id);
-        else if (!strcmp(op, "use"))
-            cmd_init((int)id); /* cuInit again is a no-op: the same reply, with the UUID */
-        else if (!strcmp(op, "alloc"))
-            cmd_alloc(id, a2, strtoull(a3, NULL, 10));
-        else if (!strcmp(op, "graph"))
-            cmd_graph(id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10), atoi(a4));
-        else if (!strcmp(op, "free"))
-            cmd_free(id);
-        else if (!strcmp(op, "ipcget"))
-            cmd_ipcget(id);
-        else if (!strcmp(op, "ipcopen"))
-            cmd_ipcopen(id, a2);
-        else if (!strcmp(op, "vmmexport"))
-            cmd_vmmexport(id);
-        else if (!strcmp(op, "vmmimport"))
-            cmd_vmmimport(id, atoi(a2), atoi(a3), strtoull(a4, NULL, 10));
-        else if (!strcmp(op, "ctxcreate"))
-            cmd_ctxcreate(id, atoi(a2));
-        else if (!strcmp(op, "reset"))
-            cmd_reset((int)id);
-        else if (!strcmp(op, "trim"))
-            cmd_trim();
-        else if (!strcmp(op, "poolcycle"))
-            cmd_poolcycle(id);
-        else if (!strcmp(op, "burst"))
-            cmd_burst((int)id, strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
-        else if (!strcmp(op, "sigalloc"))
-            cmd_sigalloc(strtoull(a1, NULL, 10), atoi(a2), strtol(a3, NULL, 10));
-        else if (!strcmp(op, "sigfree"))
-            cmd_sigfree();
-        else if (!strcmp(op, "fork") || !strcmp(op, "spawn"))
-            cmd_fork(a1, !strcmp(op, "spawn"));
-        else if (!strcmp(op, "closeall"))
-            reply(close_all(!strcmp(a1, "keepdriver")) == 0 ? "ok" : "err -1 close_range");
-        else if (!strcmp(op, "closecache")) {
-            int fd = open(a1, O_RDONLY | O_CLOEXEC);
-            if (fd >= 0)
-                close(fd);
-            reply(fd >= 0 ? "ok" : "err -1 open %s", a1);
-        } else if (!strcmp(op, "exhaust"))
-            cmd_exhaust();
-        else if (!strcmp(op, "unexhaust"))
-            cmd_unexhaust();
-        else if (!strcmp(op, "exit"))
-            exit(0);
-        else
-            reply("err -1 unknown command %s", op);
-    }
+    return serve();
 }

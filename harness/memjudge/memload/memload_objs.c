@@ -71,44 +71,13 @@ static CUresult set_limit(CUlimit l, size_t v)
     return cuCtxSetLimit(l, v);
 }
 
-void cmd_alloc(long id, const char *kind, size_t bytes)
+/* The arrays' kinds: 4-byte texels 2048 wide, as many rows (and 512-deep slices) as the bytes fill. */
+static CUresult array_create(struct obj *o, int k, size_t bytes)
 {
-    struct obj *o = obj_of(id, 1);
-    if (!o)
-        return;
-    int k = 0;
-    for (int i = 1; i < (int)(sizeof kind_names / sizeof kind_names[0]); i++)
-        if (!strcmp(kind, kind_names[i]))
-            k = i;
-    if (!k) {
-        reply("err -1 unknown kind %s", kind);
-        return;
-    }
     CUresult r = CUDA_ERROR_NOT_SUPPORTED;
     CUDA_ARRAY_DESCRIPTOR ad = {2048, bytes / (2048 * 4), CU_AD_FORMAT_UNSIGNED_INT8, 4};
     CUDA_ARRAY3D_DESCRIPTOR a3 = {2048, 512, bytes / (2048 * 4 * 512), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
-    o->dev = cur_dev;
-    cuCtxGetCurrent(&o->ctx);
-    o->size = bytes;
     switch (k) {
-    case K_MEM: r = cuMemAlloc(&o->ptr, bytes); break;
-    case K_MEM1: {
-        mem1_fn f = (mem1_fn)legacy("cuMemAlloc");
-        r = f ? f(&o->ptr1, (unsigned)bytes) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
-    case K_MANAGED: r = cuMemAllocManaged(&o->ptr, bytes, CU_MEM_ATTACH_GLOBAL); break;
-    case K_PITCH: {
-        size_t pitch;
-        r = cuMemAllocPitch(&o->ptr, &pitch, 1 << 20, bytes >> 20, 4);
-        break;
-    }
-    case K_PITCH1: {
-        pitch1_fn f = (pitch1_fn)legacy("cuMemAllocPitch");
-        unsigned pitch;
-        r = f ? f(&o->ptr1, &pitch, 1 << 20, (unsigned)(bytes >> 20), 4) : CUDA_ERROR_NOT_FOUND;
-        break;
-    }
     case K_ARRAY: r = cuArrayCreate((CUarray *)&o->handle, &ad); break;
     case K_ARRAY1: {
         array1_fn f = (array1_fn)legacy("cuArrayCreate");
@@ -130,6 +99,38 @@ void cmd_alloc(long id, const char *kind, size_t bytes)
         r = cuMipmappedArrayCreate((CUmipmappedArray *)&o->handle, &md, 2);
         break;
     }
+    }
+    return r;
+}
+
+/* Allocates bytes of kind k into o in the current context: the driver's result. */
+static CUresult alloc_kind(struct obj *o, int k, size_t bytes)
+{
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    switch (k) {
+    case K_MEM: r = cuMemAlloc(&o->ptr, bytes); break;
+    case K_MEM1: {
+        mem1_fn f = (mem1_fn)legacy("cuMemAlloc");
+        r = f ? f(&o->ptr1, (unsigned)bytes) : CUDA_ERROR_NOT_FOUND;
+        break;
+    }
+    case K_MANAGED: r = cuMemAllocManaged(&o->ptr, bytes, CU_MEM_ATTACH_GLOBAL); break;
+    case K_PITCH: {
+        size_t pitch;
+        r = cuMemAllocPitch(&o->ptr, &pitch, 1 << 20, bytes >> 20, 4);
+        break;
+    }
+    case K_PITCH1: {
+        pitch1_fn f = (pitch1_fn)legacy("cuMemAllocPitch");
+        unsigned pitch;
+        r = f ? f(&o->ptr1, &pitch, 1 << 20, (unsigned)(bytes >> 20), 4) : CUDA_ERROR_NOT_FOUND;
+        break;
+    }
+    case K_ARRAY:
+    case K_ARRAY1:
+    case K_ARRAY3D:
+    case K_ARRAY3D1:
+    case K_MIPMAP: r = array_create(o, k, bytes); break;
     case K_ASYNC:
         r = cuMemAllocAsync(&o->ptr, bytes, NULL);
         break;
@@ -151,6 +152,26 @@ void cmd_alloc(long id, const char *kind, size_t bytes)
         break;
     }
     }
+    return r;
+}
+
+void cmd_alloc(long id, const char *kind, size_t bytes)
+{
+    struct obj *o = obj_of(id, 1);
+    if (!o)
+        return;
+    int k = 0;
+    for (int i = 1; i < (int)(sizeof kind_names / sizeof kind_names[0]); i++)
+        if (!strcmp(kind, kind_names[i]))
+            k = i;
+    if (!k) {
+        reply("err -1 unknown kind %s", kind);
+        return;
+    }
+    o->dev = cur_dev;
+    cuCtxGetCurrent(&o->ctx);
+    o->size = bytes;
+    CUresult r = alloc_kind(o, k, bytes);
     if (r == CUDA_SUCCESS)
         o->kind = k;
     else

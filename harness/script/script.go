@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"time"
 
@@ -117,7 +116,7 @@ func (st *state) close() {
 func condition(cond string) (bool, error) {
 	switch cond {
 	case "root":
-		return provided(cond, tier.Root, os.Geteuid() == 0)
+		return provided(cond, tier.Root, tier.Root.Probe() == nil)
 	case "docker":
 		return provided(cond, tier.Docker, dockerAvailable())
 	case "backend":
@@ -128,7 +127,7 @@ func condition(cond string) (bool, error) {
 		// The kind tier can run here: a Docker engine and a node image, present or buildable.
 		return provided(cond, tier.Kind, kindAvailable())
 	case "gpu":
-		return exec.Command("nvidia-smi", "-L").Run() == nil, nil
+		return provided(cond, tier.GPU, tier.GPU.Probe() == nil) // CI has none: a skip there too
 	case "backend:docker", "backend:host":
 		b := os.Getenv(node.BackendEnv)
 		if b == "" {

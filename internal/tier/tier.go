@@ -73,6 +73,15 @@ func (t Tier) Name() string { return t.name }
 // CIProvides reports whether CI provides the tier, so that its absence fails under CI=true.
 func (t Tier) CIProvides() bool { return t.ci }
 
+// Probe checks the tier here: nil when present. A tier the caller probes itself (Docker, Backend,
+// Kind, Fixtures, NvidiaSMI) has no probe here and reports so.
+func (t Tier) Probe() error {
+	if t.probe == nil {
+		return fmt.Errorf("tier %s: no probe here (the caller probes it)", t.name)
+	}
+	return t.probe()
+}
+
 // CI reports whether this is a CI run (CI=true), where every tier CI provides must be present.
 func CI() bool { return os.Getenv("CI") == "true" }
 
@@ -85,7 +94,7 @@ func Require(tb testing.TB, tiers ...Tier) {
 		if t.probe == nil {
 			tb.Fatalf("tier.Require(%s): this tier has no probe here; probe it and call tier.Unavailable", t.name)
 		}
-		if err := t.probe(); err != nil {
+		if err := t.Probe(); err != nil {
 			Unavailable(tb, t, err.Error())
 		}
 	}

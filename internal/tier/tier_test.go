@@ -95,6 +95,12 @@ func TestRootProbe(t *testing.T) {
 	if got := Message(Root.For("unshare -m"), ""); got != "needs root for unshare -m (run the tests as root: sudo make test)" {
 		t.Errorf("Message(Root.For) = %q", got)
 	}
+	if err := Docker.Probe(); err == nil || !strings.Contains(err.Error(), "no probe here") {
+		t.Errorf("Docker.Probe() = %v: the caller probes Docker, the tier cannot", err)
+	}
+	if (Root.Probe() == nil) != (os.Geteuid() == 0) {
+		t.Errorf("Root.Probe() = %v as uid %d", Root.Probe(), os.Geteuid())
+	}
 	if !Root.CIProvides() || GPU.CIProvides() {
 		t.Errorf("CI provides root (%v), not a GPU (%v)", Root.CIProvides(), GPU.CIProvides())
 	}

@@ -37,6 +37,11 @@ var Docker = Tier{name: "a Docker engine", provide: "start one with scripts/dock
 var Backend = Tier{name: "a container backend (Docker, or the host backend as root)",
 	provide: "start Docker with scripts/docker-up.sh, or run as root", ci: true}
 
+// HostBackend: the sandbox's host backend (private mount namespaces: root, unshare, nsenter,
+// chroot, mount, setpriv), probed by the backend itself. CI runs as root with util-linux.
+var HostBackend = Tier{name: "the host backend (root and private mount namespaces)",
+	provide: "run the tests as root with util-linux installed: sudo make test", ci: true}
+
 // Kind: the kind tier (make e2e: a Docker engine, the offline node image, a cluster). CI runs it.
 var Kind = Tier{name: "the kind tier (a Docker engine and the offline kind node image)",
 	provide: "make e2e sets it up (the node image alone: make node-image)", ci: true}

@@ -58,7 +58,7 @@ func Host(tb testing.TB) sandbox.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Available(ctx); err != nil {
-		tier.Unavailable(tb, tier.Root.For("the host backend (private mount namespaces)"), err.Error())
+		tier.Unavailable(tb, tier.HostBackend, err.Error())
 	}
 	return b
 }

@@ -6,7 +6,6 @@ package hamicore_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -16,25 +15,15 @@ import (
 	"github.com/limitbed/limitbed/harness/computebench"
 )
 
-type launchResult struct {
-	Launches     int       `json:"launches"`
-	LaunchError  int       `json:"launch_error"`
-	SyncError    int       `json:"sync_error"`
-	BusyFraction float64   `json:"busy_fraction"`
-	Windows      []float64 `json:"windows"`
-	Waits        []float64 `json:"waits"` // per window: the time the probe's threads waited for a CPU
-}
+// launchResult is launchprobe's JSON line, as computebench (its one reader) decodes it.
+type launchResult = computebench.ProbeResult
 
-// steady is the mean busy fraction of the 1 s windows after the first 2 s.
-func (r launchResult) steady() float64 {
-	if len(r.Windows) < 3 {
+// steady is the mean busy fraction of the 1 s windows after the first 2 s (-1 without one).
+func steady(r launchResult) float64 {
+	if len(r.Windows) <= computebench.SkipWindows {
 		return -1
 	}
-	s := 0.0
-	for _, w := range r.Windows[2:] {
-		s += w
-	}
-	return s / float64(len(r.Windows)-2)
+	return computebench.Steady(r.Windows)
 }
 
 // Tolerance of the limiter on a steady workload: docs/hamicore.md, everywhere, CI included. A
@@ -144,7 +133,7 @@ func checkSteady(t *testing.T, what string, cases []steadyCase) {
 	runJudged(t, mk, func(rs []launchResult) []miss {
 		var ms []miss
 		for i, c := range cases {
-			if got := rs[i].steady(); got < c.lo || got > c.hi {
+			if got := steady(rs[i]); got < c.lo || got > c.hi {
 				ms = append(ms, miss{[]int{i}, fmt.Sprintf("%s: %s %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, what, got, rs[i].Windows, c.lo, c.hi)})
 			}
 		}
@@ -179,7 +168,7 @@ func runAll(t *testing.T, jobs []job) []launchResult {
 	for i, p := range procs {
 		err := p.Wait()
 		if err == nil {
-			err = json.Unmarshal(outs[i].Bytes(), &rs[i])
+			rs[i], err = computebench.ParseProbe(outs[i].Bytes())
 		}
 		if err == nil && (rs[i].LaunchError != 0 || rs[i].SyncError != 0 || rs[i].Launches == 0) {
 			err = fmt.Errorf("launch errors")
@@ -210,7 +199,7 @@ func TestComputeLimitEveryLaunchPath(t *testing.T) {
 	}
 	for i, r := range runAll(t, jobs) {
 		// After 2 s: the first 1.5 s are the calibration's unthrottled run.
-		if got := r.steady(); got < limitLow || got > limitHigh {
+		if got := steady(r); got < limitLow || got > limitHigh {
 			t.Errorf("%v: busy %.3f after 2 s (%d launches, windows %v), want %.2f..%.2f", cases[i], got, r.Launches, r.Windows, limitLow, limitHigh)
 		}
 	}
@@ -241,7 +230,7 @@ func TestComputeLimitIsPerContainer(t *testing.T) {
 		return []job{{e: e, environ: environ, args: args}, {e: e, environ: environ, args: args}}
 	}
 	runJudged(t, mk, func(rs []launchResult) []miss {
-		sum := rs[0].steady() + rs[1].steady()
+		sum := steady(rs[0]) + steady(rs[1])
 		if tol := tolerance(); sum < 0.30-tol || sum > 0.30+tol {
 			msg := fmt.Sprintf("two processes under one 30 %% limit were busy %.3f together (%v, %v), want 0.30 ± %.2f", sum, rs[0].Windows, rs[1].Windows, tol)
 			return []miss{{[]int{0, 1}, msg}}
@@ -271,7 +260,7 @@ func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
 	runJudged(t, twoPods(t, 0), func(rs []launchResult) []miss {
 		var ms []miss
 		for i, want := range []float64{0.30, 0.50} {
-			if got := rs[i].steady(); got < want-tol || got > want+tol {
+			if got := steady(rs[i]); got < want-tol || got > want+tol {
 				ms = append(ms, miss{[]int{i}, fmt.Sprintf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)})
 			}
 		}
@@ -291,10 +280,10 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 			t.Parallel()
 			runJudged(t, twoPods(t, after), func(rs []launchResult) []miss {
 				var ms []miss
-				if got := rs[0].steady(); got < 0.15 || got > 0.30+tol {
+				if got := steady(rs[0]); got < 0.15 || got > 0.30+tol {
 					ms = append(ms, miss{[]int{0}, fmt.Sprintf("calibrating container at 30 %%: busy %.3f after 2 s (windows %v), want 0.15 .. %.2f", got, rs[0].Windows, 0.30+tol)})
 				}
-				if got := rs[1].steady(); got < 0.50-2*tol || got > 0.50+tol {
+				if got := steady(rs[1]); got < 0.50-2*tol || got > 0.50+tol {
 					ms = append(ms, miss{[]int{1}, fmt.Sprintf("neighbour at 50 %%: busy %.3f after 2 s (windows %v), want %.2f .. %.2f", got, rs[1].Windows, 0.50-2*tol, 0.50+tol)})
 				}
 				return ms
@@ -315,8 +304,8 @@ func TestComputeLimitFollowsUUID(t *testing.T) {
 		return []job{{e: e, environ: environ, args: []string{"--seconds", "6", spin1ms}}}
 	}
 	runJudged(t, mk, func(rs []launchResult) []miss {
-		if r, tol := rs[0], tolerance(); r.steady() < 0.30-tol || r.steady() > 0.30+tol {
-			return []miss{{[]int{0}, fmt.Sprintf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", r.steady(), r.Windows, tol)}}
+		if r, tol := rs[0], tolerance(); steady(r) < 0.30-tol || steady(r) > 0.30+tol {
+			return []miss{{[]int{0}, fmt.Sprintf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", steady(r), r.Windows, tol)}}
 		}
 		return nil
 	})

@@ -292,6 +292,43 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 	}
 }
 
+// The pacing's calibration runs unthrottled for 1.5 s; the launches it lets through must not
+// queue more than a slice's bound of work (markers.h), or the queue runs over the limit long after
+// (an H200 queued 4.6 s of graph replays in it and ran them for ten seconds). launchprobe waits
+// for its queued work at the end: a run of 2.5 s, a second after the calibration, ends within
+// 0.15 s of it (fakegpu queues up to 1 s: 0.67 s before the bound).
+func TestComputeLimitCalibrationQueuesLittle(t *testing.T) {
+	t.Parallel()
+	cases := [][]string{{spin1ms}, {"--workload=mix"}, {"--workload=graph"}}
+	jobs := make([]job, len(cases))
+	for i, args := range cases {
+		e := newEnv(t)
+		jobs[i] = job{e: e, environ: e.limited("CUDA_DEVICE_SM_LIMIT=60", "GPU_CORE_UTILIZATION_POLICY=force"),
+			args: append([]string{"--seconds", "2.5"}, args...)}
+	}
+	for i, r := range runAll(t, jobs) {
+		if r.ElapsedS > 2.65 {
+			t.Errorf("%v at 60 %% force: the 2.5 s run ended after %.3f s: %.3f s of work was still queued", cases[i], r.ElapsedS, r.ElapsedS-2.5)
+		}
+	}
+}
+
+// A per-device compute limit is the physical GPU's, not the CUDA ordinal's: with
+// CUDA_DEVICE_SM_LIMIT_0=30 and _1=90, a process that renumbers the GPUs
+// (CUDA_VISIBLE_DEVICES=1,0) and launches on its ordinal 0 runs on the second GPU, held to 90 %;
+// its ordinal 1 is the first GPU, held to 30 % (a tenant must not swap its GPUs' limits).
+func TestComputeLimitIsThePhysicalGPUs(t *testing.T) {
+	profile := []string{"FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR=" + filepath.Join(newEnv(t).p.Root, "fakegpu", "profiles"),
+		"CUDA_DEVICE_SM_LIMIT_0=30", "CUDA_DEVICE_SM_LIMIT_1=90", "GPU_CORE_UTILIZATION_POLICY=force"}
+	tol := tolerance()
+	with := func(extra ...string) []string { return append(append([]string{}, profile...), extra...) }
+	checkSteady(t, "busy", []steadyCase{
+		{"ordinal 0 of 1,0 (the second GPU, 90 %)", with("CUDA_VISIBLE_DEVICES=1,0"), []string{spin1ms}, 0.90 - tol, 0.90 + tol, false},
+		{"ordinal 1 of 1,0 (the first GPU, 30 %)", with("CUDA_VISIBLE_DEVICES=1,0"), []string{spin1ms, "--device=1"}, 0.30 - tol, 0.30 + tol, false},
+		{"ordinal 0 (the first GPU, 30 %)", with(), []string{spin1ms}, 0.30 - tol, 0.30 + tol, false},
+	})
+}
+
 // The utilisation read is the limited CUDA device's own: with CUDA_VISIBLE_DEVICES=1, CUDA
 // ordinal 0 is NVML's GPU 1 (matched by UUID; by index the limiter would read the idle GPU 0 and
 // never throttle).

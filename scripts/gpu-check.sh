@@ -357,8 +357,12 @@ else
 		for lim in $l1 $l2; do
 			"$out/bin/limitbed" bench pod --hook "$hook" --gpu "$uuid" --container "name=p$lim,limit=$lim,policy=force" >/dev/null
 		done
-		"$out/bin/vgpu-scheduler" --hook-path="$hook" --metrics-address= 2>"$hook/scheduler.log" &
+		# The scheduler charges slices by the SM clock against its full-load figure (docs/plugin.md,
+		# "Work, not time"): its metrics say what it read; nvidia-smi samples the clock beside it.
+		"$out/bin/vgpu-scheduler" --hook-path="$hook" --metrics-address=127.0.0.1:19395 2>"$hook/scheduler.log" &
 		spid=$!
+		nvidia-smi --query-gpu=clocks.sm,power.draw,utilization.gpu --format=csv,noheader,nounits -i 0 -lms 250 >"$hook/clocks.csv" &
+		smipid=$!
 		pids=()
 		for lim in $l1 $l2; do
 			key=p${lim}_main
@@ -370,8 +374,13 @@ else
 			pids+=($!)
 		done
 		wait "${pids[@]}"
-		kill -TERM $spid
+		python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' 2>&1 |
+			grep -E '^vgpu_scheduler_(gpu_speed|gpu_sm_clock|gpu_full_load|gpu_calibrations|container_gpu_seconds)' | sed "s/^/scheduler $l1+$l2: /"
+		kill -TERM $spid $smipid
 		wait $spid
+		wait $smipid 2>/dev/null
+		awk -F', *' -v p="$l1+$l2" 'NR > 8 && $1 > 0 { c += $1; w += $2; u += $3; n++ }
+			END { if (n) printf "clocks %s (after 2 s): SM %.0f MHz, %.0f W, busy %.0f %%, %d samples\n", p, c / n, w / n, u / n, n }' "$hook/clocks.csv"
 		for lim in $l1 $l2; do
 			key=p${lim}_main
 			check "sched $l1+$l2: pod $lim % followed the scheduler" "launches follow the node scheduler" "$(cat "$hook/$key.err")"

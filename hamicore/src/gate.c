@@ -143,6 +143,7 @@ static void say(struct slow *sl, int d, enum mode m, const char *why)
 
 static void resolve(int d, struct slow *sl)
 {
+    lb_limiter_resolve();
     sl->resolved = 1;
     sl->entry = -1;
     if (lb_grant) {
@@ -214,6 +215,28 @@ static void ensure_helper(void)
     }
 }
 
+/* The pacing's calibration runs unthrottled to measure the GPU at full load; a driver's launch
+ * queue would let it queue seconds of work meanwhile (an H200 took 4.6 s of CUDA-graph replays in
+ * the 1.5 s), which then ran over the limit for ten seconds and unsettled the pacing when it
+ * ended. While it calibrates, every launch is marked and waits while the queue holds more than
+ * the longest bound of a slice (markers.h): the GPU stays busy, the queue stays short. Returns 1
+ * when the launch is to be marked (lock held; it is released while waiting). */
+static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
+{
+    if (sl->no_marks || !lb_limiter_calibrating(d) || capturing(s, per_thread))
+        return 0;
+    for (int64_t now = now_ns();; now = now_ns()) {
+        poll_markers(sl, now);
+        if (lb_mk_room(&sl->mk, LB_MK_QUEUE_MAX_NS) || !lb_limiter_calibrating(d))
+            break;
+        pthread_mutex_unlock(&sl->mu);
+        nap(MARK_POLL_NS);
+        pthread_mutex_lock(&sl->mu);
+    }
+    sl->mk_n = 1; /* the marker recorded after this launch covers it alone */
+    return 1;
+}
+
 int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks)
 {
     struct slow *sl = &g_slow[d];
@@ -222,9 +245,10 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
     if (!sl->resolved)
         resolve(d, sl);
     if (sl->entry < 0) {
+        int mark = calibration_room(d, sl, s, per_thread);
         pthread_mutex_unlock(&sl->mu);
         lb_limiter_take(d, kernels, blocks);
-        return 0;
+        return mark;
     }
     int e = sl->entry;
     const _Atomic uint32_t *wp = lb_sched_word(e);

@@ -17,7 +17,9 @@
 
 #include "config.h"
 #include "controller.h"
+#include "devmap.h"
 #include "gate.h"
+#include "guard.h"
 #include "init.h"
 #include "log.h"
 #include "region.h"
@@ -27,23 +29,75 @@
 
 int lb_launch_limited;
 
+/* By CUDA ordinal: launches and the driver name devices so. The limits are the region's, by
+ * physical GPU (devmap.h), and are resolved into the buckets at the first gated launch
+ * (lb_limiter_resolve), when the driver can tell which GPU an ordinal is. */
 static struct lb_bucket g_b[LB_REGION_MAX_DEVICES];
 static _Atomic int g_watcher; /* 0 none, 1 running (or starting) */
+static pthread_mutex_t g_resolve_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int g_resolved;
+
+static int limited(uint32_t l) { return l > 0 && l < 100; }
 
 void lb_limiter_init(void)
 {
-    for (int d = 0; lb_region && lb_cfg.policy != LB_POLICY_DISABLE && d < LB_REGION_MAX_DEVICES; d++) {
-        uint32_t l = lb_region->sm_limit[d]; /* the region's: first writer wins, as for memory */
-        if (l > 0 && l < 100) {
-            g_b[d].limit = l;
-            atomic_store(&g_b[d].rate, LB_RATE_START);
+    for (int d = 0; lb_region && lb_cfg.policy != LB_POLICY_DISABLE && d < LB_REGION_MAX_DEVICES; d++)
+        if (limited(lb_region->sm_limit[d])) /* the region's: first writer wins, as for memory */
             lb_launch_limited = 1;
-        }
-    }
     lb_gate_init();
 }
 
+/* The strictest compute limit of the region: what an ordinal whose GPU cannot be told gets. */
+static uint32_t strictest(void)
+{
+    uint32_t s = 100;
+    for (int p = 0; p < LB_REGION_MAX_DEVICES; p++)
+        if (limited(lb_region->sm_limit[p]) && lb_region->sm_limit[p] < s)
+            s = lb_region->sm_limit[p];
+    return s;
+}
+
+/* Each ordinal's bucket gets its physical GPU's limit: a process that renumbers its GPUs
+ * (CUDA_VISIBLE_DEVICES=1,0) must not swap their limits. */
+static void resolve_limits(void)
+{
+    __typeof__(&cuDeviceGetCount) count = LB_REAL(cuDeviceGetCount);
+    int n = LB_REGION_MAX_DEVICES;
+    lb_guard_enter();
+    if (!count || count(&n) != CUDA_SUCCESS || n > LB_REGION_MAX_DEVICES)
+        n = LB_REGION_MAX_DEVICES; /* every ordinal that may exist is resolved */
+    lb_guard_leave();
+    for (int ord = 0; ord < n; ord++) {
+        int p = lb_phys_index(ord);
+        uint32_t l = p >= 0 && p < LB_REGION_MAX_DEVICES ? lb_region->sm_limit[p] : strictest();
+        if (p < 0 && limited(l))
+            LB_ERROR("compute limit: CUDA device %d: its physical GPU cannot be told: held to the strictest limit, %u %%", ord, l);
+        if (limited(l)) {
+            g_b[ord].limit = l;
+            atomic_store(&g_b[ord].rate, LB_RATE_START);
+        }
+    }
+}
+
+void lb_limiter_resolve(void)
+{
+    if (!lb_launch_limited || atomic_load_explicit(&g_resolved, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&g_resolve_mu);
+    if (!atomic_load_explicit(&g_resolved, memory_order_relaxed)) {
+        resolve_limits();
+        atomic_store_explicit(&g_resolved, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_resolve_mu);
+}
+
 int lb_limiter_limited(int dev) { return g_b[dev].limit != 0; }
+
+int lb_limiter_calibrating(int dev)
+{
+    int64_t calib = atomic_load_explicit(&g_b[dev].calib_until, memory_order_relaxed);
+    return calib && lb_nvml_sensors.now_ns() < calib + LB_CALIB_SLACK_NS;
+}
 
 void lb_limiter_scheduled(int dev) { atomic_store(&g_b[dev].scheduled, 1); }
 
@@ -52,6 +106,7 @@ void lb_limiter_after_fork(void)
     /* Threads do not survive fork: the child starts its own watcher on its first launch. Its
      * kernels may not be the parent's: it takes the work factor from the region, not F. */
     atomic_store(&g_watcher, 0);
+    pthread_mutex_init(&g_resolve_mu, NULL); /* a parent's thread may have held it */
     lb_ctl_forget_calibration();
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         lb_ctl_after_fork(&g_b[d]);

@@ -18,8 +18,14 @@ extern int lb_launch_limited;
 /* At initialization: the pacing's buckets, then the gate (it maps the scheduler's files). */
 void lb_limiter_init(void);
 void lb_limiter_after_fork(void);
-/* 1 if device dev is paced when no scheduler drives it. */
+/* Resolves every CUDA ordinal's limit from its physical GPU's (devmap.h), once, at the first
+ * gated launch (the gate calls it before it asks lb_limiter_limited or takes). */
+void lb_limiter_resolve(void);
+/* 1 if device dev (a CUDA ordinal) is paced when no scheduler drives it. */
 int lb_limiter_limited(int dev);
+/* 1 while device dev runs its unthrottled calibration (controller.c): the gate bounds the work
+ * it queues meanwhile. */
+int lb_limiter_calibrating(int dev);
 /* The grant file names device dev (the node scheduler drives it): its pacing, whenever the
  * scheduler is away, runs without an unthrottled calibration run. */
 void lb_limiter_scheduled(int dev);

@@ -20,6 +20,7 @@
  *                     legacy (cuFuncSetBlockShape + cuLaunchGrid)
  *   --ex              same as --api ex
  *   --ptsz            fetch the per-thread-default-stream variants through cuGetProcAddress
+ *   --device N        launch on CUDA ordinal N (default 0)
  *
  * Work is counted in nominal ns: the spin duration times the waves of the grid (ceil(blocks /
  * SMs)), which is exactly what fakegpu charges; on a real GPU a fraction is only meaningful
@@ -104,7 +105,7 @@ int main(int argc, char **argv)
 {
     double seconds = 3, window = 1;
     unsigned blocks = 1, kernel_us = 0, burst = 4;
-    int ptsz = 0, is_mix = 0, is_graph = 0, is_burst = 0;
+    int ptsz = 0, device = 0, is_mix = 0, is_graph = 0, is_burst = 0;
     const char *api = "kernel";
     /* --opt=value is --opt value */
     static char *args[256], buf[4096];
@@ -150,10 +151,12 @@ int main(int argc, char **argv)
             api = "ex";
         else if (!strcmp(argv[i], "--ptsz"))
             ptsz = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: launchprobe [--seconds S] [--window W] [--workload uniform|mix|graph|burst] "
                             "[--kernel-us U] [--blocks B] [--burst K] [--api kernel|ex|coop|multi|legacy] [--ex] "
-                            "[--ptsz]\n");
+                            "[--ptsz] [--device ORDINAL]\n");
             return 2;
         }
     }
@@ -229,7 +232,7 @@ int main(int argc, char **argv)
     CUcontext ctx;
     CUresult r;
     int sms = 1;
-    if ((r = init(0)) || (r = dget(&d, 0)) || (r = retain(&ctx, d)) || (r = setcur(ctx)) ||
+    if ((r = init(0)) || (r = dget(&d, device)) || (r = retain(&ctx, d)) || (r = setcur(ctx)) ||
         (r = attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d))) {
         printf("{\"error\":\"init %d\"}\n", (int)r);
         return 1;

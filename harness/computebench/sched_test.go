@@ -1,6 +1,7 @@
 package computebench_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/computebench"
 	"github.com/limitbed/limitbed/harness/computebench/sharetest"
+	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/plugin/timeslice"
@@ -187,4 +189,23 @@ func TestSchedulerRestart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// On a power-capped GPU (FAKEGPU_POWER_BOOST=125: a quarter faster while partly idle, as an
+// H200's GEMMs) each container holds its share of the work, not of the time: vgpu-scheduler, as
+// a process with the node's fakegpu, reads each GPU's SM clock through NVML and charges slices by
+// it (plugin/timeslice/speed.go). Charged by time, 30 % + 50 % do 0.375 + 0.625.
+func TestSchedulerHoldsWorkOnAPowerCappedGPU(t *testing.T) {
+	t.Parallel()
+	r, s := scheduled(t)
+	bin, err := node.BuildBinary(context.Background(), cbuild.RepoRoot(), t.TempDir(), "vgpu-scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Binary = bin
+	r.Env = append(r.Env, "FAKEGPU_POWER_BOOST=125")
+	sc := onGPUs("power-capped", computebench.ScenarioSeconds+2,
+		shares("uniform", 0, 30, 50), shares("mix", time.Second, 30, 50), shares("uniform", 0, 10, 90),
+		shares("uniform", 0, 30))
+	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
 }

@@ -31,7 +31,9 @@ type Scheduled struct {
 	Config    timeslice.Config // zero: timeslice.DefaultConfig()
 	Logger    klog.Logger
 	// Binary, when set, is vgpu-scheduler: it runs as a process of its own per node (its CPU time
-	// is then measured: CPU) instead of in this one.
+	// is then measured: CPU) instead of in this one, with the node's fakegpu environment, so it
+	// reads each GPU's SM clock from fakegpu's NVML (in this process the clock is not read: slices
+	// are charged their time).
 	Binary string
 
 	mu    sync.Mutex
@@ -43,6 +45,7 @@ type Scheduled struct {
 type schedNode struct {
 	n      *timeslice.Node // in process
 	grants string
+	gpuEnv []string  // the node's fakegpu environment (the binary's NVML)
 	cmd    *exec.Cmd // or the binary
 	hook   string
 	cancel context.CancelFunc
@@ -71,7 +74,7 @@ func (s *Scheduled) Prepare(ctx context.Context, c Container, dir string, cmd *e
 		s.ctrs[grant] = true
 	}
 	if s.nodes[containers] == nil {
-		s.start(containers, grants)
+		s.start(containers, grants, nodeEnv(cmd.Env))
 	}
 	state := env["FAKEGPU_STATE_DIR"]
 	args := []string{"--bind", dir, "--bind", state, "--mount", "/usr/local/vgpu=" + dir,
@@ -129,13 +132,26 @@ func RecordContainer(containers, grants, key string, c Container, gpuUUID string
 	return pub.Publish(filepath.Join(grants, key+timeslice.GrantSuffix), g)
 }
 
-func (s *Scheduled) start(containers, grants string) {
+// nodeEnv is what of a container's environment describes its node's fakegpu: its libraries and
+// shared state, not the container's own variables.
+func nodeEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "LD_LIBRARY_PATH" || (strings.HasPrefix(k, "FAKEGPU_") && k != "FAKEGPU_CONTAINER") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (s *Scheduled) start(containers, grants string, gpuEnv []string) {
 	cfg := s.Config
 	if cfg.Period == 0 {
 		cfg = timeslice.DefaultConfig()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sn := &schedNode{grants: grants, cancel: cancel, done: make(chan error, 1)}
+	sn := &schedNode{grants: grants, gpuEnv: gpuEnv, cancel: cancel, done: make(chan error, 1)}
 	s.nodes[containers] = sn
 	if s.Binary != "" {
 		// The binary finds <hook-path>/vgpu/{containers,sched}: the run's directory, by a link.
@@ -150,7 +166,7 @@ func (s *Scheduled) start(containers, grants string) {
 		sn.hook = hook
 		sn.cmd = exec.Command(s.Binary, "--hook-path="+hook, "--metrics-address=", "--period="+cfg.Period.String(),
 			"--drain-wait="+cfg.DrainWait.String())
-		sn.cmd.Stderr = os.Stderr
+		sn.cmd.Env, sn.cmd.Stderr = append(os.Environ(), gpuEnv...), os.Stderr
 		if err := sn.cmd.Start(); err != nil {
 			sn.done <- fmt.Errorf("start %s: %w", s.Binary, err)
 			return
@@ -208,7 +224,7 @@ func (s *Scheduled) Restart(pause func()) {
 			pause()
 		}
 		s.mu.Lock()
-		s.start(dir, sn.grants)
+		s.start(dir, sn.grants, sn.gpuEnv)
 		s.mu.Unlock()
 	}
 }

@@ -22,7 +22,8 @@ type ProbeResult struct {
 	SyncError    int       `json:"sync_error"`
 	BusyFraction float64   `json:"busy_fraction"`
 	Windows      []float64 `json:"windows"`
-	Waits        []float64 `json:"waits"` // per window: the time its threads waited for a CPU, over the window's
+	ElapsedS     float64   `json:"elapsed_s"` // the run and the wait for its queued work
+	Waits        []float64 `json:"waits"`     // per window: the time its threads waited for a CPU, over the window's
 	Error        string    `json:"error"`
 }
 

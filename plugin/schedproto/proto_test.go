@@ -288,3 +288,28 @@ func FuzzDecodeReport(f *testing.F) {
 		}
 	})
 }
+
+// The node loop waits on a bell without its GPU's lock while a replaced report is closed under it:
+// Close waits for the wait (never unmaps under it), and a wait or a read after Close is an error,
+// not a fault (-race sees the ordering).
+func TestReportCloseDuringWaitBell(t *testing.T) {
+	f, err := OpenReport(writeFile(t, ReportSpec{}.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error)
+	go func() { waiting <- f.WaitBell(1, 0, 200*time.Millisecond) }()
+	time.Sleep(20 * time.Millisecond)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Errorf("the wait under Close: %v", err)
+	}
+	if err := f.WaitBell(1, 0, time.Millisecond); err == nil {
+		t.Error("WaitBell after Close returned no error")
+	}
+	if _, err := f.Entry(1); err == nil {
+		t.Error("Entry after Close returned no error")
+	}
+}

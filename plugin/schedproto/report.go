@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,9 +55,13 @@ func DecodeReport(b []byte) (Report, error) {
 // ReportFile is a container's report file mapped read-only.
 type ReportFile struct {
 	Path string
-	mem  []byte
-	dev  uint64
-	ino  uint64
+	// mu orders Close against a WaitBell in progress on another goroutine (the node loop waits
+	// on a bell without its GPU's lock; a replaced report is closed under it): the mapping is
+	// never unmapped under a wait.
+	mu  sync.RWMutex
+	mem []byte
+	dev uint64
+	ino uint64
 }
 
 // OpenReport maps the report at path: a regular file (not a symlink, FIFO or device) of exactly
@@ -84,6 +89,11 @@ func (r *ReportFile) Entry(i int) (e Entry, err error) {
 	if i < 0 || i >= MaxGPUs {
 		return e, fmt.Errorf("report %s: GPU %d out of range", r.Path, i)
 	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.mem == nil {
+		return e, fmt.Errorf("report %s: closed", r.Path)
+	}
 	err = touch(func() error {
 		if m := atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.mem[offMagic]))); m != ReportMagic {
 			return fmt.Errorf("report %s: magic %#x", r.Path, m)
@@ -106,6 +116,11 @@ func (r *ReportFile) Entry(i int) (e Entry, err error) {
 // WaitBell sleeps until GPU i's bell is no longer old, at most d (the container rings it after a
 // drain). A container that rings it needlessly only wakes the wait for its own drain.
 func (r *ReportFile) WaitBell(i int, old uint32, d time.Duration) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.mem == nil {
+		return fmt.Errorf("report %s: closed", r.Path)
+	}
 	return futexWaitOn((*uint32)(unsafe.Pointer(&r.mem[entries+i*entrySize+offBell])), old, d)
 }
 
@@ -120,6 +135,8 @@ func (r *ReportFile) Replaced() bool {
 
 // Close unmaps the file.
 func (r *ReportFile) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.mem == nil {
 		return nil
 	}

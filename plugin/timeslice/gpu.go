@@ -7,49 +7,6 @@ import (
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
-// Config are the scheduler's timings (docs/plugin.md, "vgpu-scheduler").
-type Config struct {
-	// Period: the containers that want a GPU get slices in proportion to their limits over a
-	// period, and one that is owed time gets its slice within a period.
-	Period time.Duration
-	// Tick: how often the GPU is judged again when nothing else wakes the node loop (new pending
-	// work, an unthrottled holder to make way); the holder's launches and drains ring its bell,
-	// and a slice's end is timed.
-	Tick time.Duration
-	// DrainWait: how long the next slice waits for the last one's work to drain before it starts
-	// anyway (a kernel longer than that overlaps it; both are charged half of the overlap).
-	DrainWait time.Duration
-	// JoinTimeout: a slice none of whose processes started launching in this long ends.
-	JoinTimeout time.Duration
-	// JoinGrace: a slice is charged from its first launch (its processes report it, ringing
-	// the bell), at most this long after it was granted: a container is not charged the time
-	// its launchers take to wake, and one that delays its launches holds the GPU uncharged for
-	// no longer than this.
-	JoinGrace time.Duration
-	// PendingHold: a container has pending work while its report's want changed this recently
-	// (a waiting launcher bumps it every 10 ms).
-	PendingHold time.Duration
-	// ActiveHold: a container is busy, for its neighbours' `default` policy, this long after it
-	// last launched or waited.
-	ActiveHold time.Duration
-	// OverlapMax: the longest a drain is waited for (and charged) past its slice.
-	OverlapMax time.Duration
-}
-
-// DefaultConfig is the daemon's default.
-func DefaultConfig() Config {
-	return Config{
-		Period:      100 * time.Millisecond,
-		Tick:        5 * time.Millisecond,
-		DrainWait:   10 * time.Millisecond,
-		JoinTimeout: 50 * time.Millisecond,
-		JoinGrace:   2 * time.Millisecond,
-		PendingHold: 50 * time.Millisecond,
-		ActiveHold:  500 * time.Millisecond,
-		OverlapMax:  10 * time.Second,
-	}
-}
-
 // Observed is one container's report entry for a GPU, as read in one step.
 type Observed struct {
 	schedproto.Entry
@@ -89,9 +46,11 @@ type seat struct {
 	seated   time.Time // first seen by a step
 	// While its revoked slice drains beside others' slices: what they were charged for the
 	// overlap beyond their half, given back when the drain is reported complete.
-	lent  map[*seat]time.Duration
-	drain time.Duration // how long its drains took (smoothed): its slices end that much early
-	stats SeatStats
+	lent       map[*seat]time.Duration
+	drain      time.Duration // how long its drains took (smoothed): its slices end that much early
+	calibrated bool          // a calibration saw it busy (speed.go)
+	summed     bool          // limited and busy: its limit is in the step's sum (limitSum)
+	stats      SeatStats
 }
 
 // SeatStats are one container's figures on one GPU (metrics, tests).
@@ -115,6 +74,7 @@ type GPU struct {
 	over   []*seat       // revoked slices still draining beside the next one
 	nextID uint32
 	last   time.Time
+	speed  speedModel
 	stats  GPUStats
 }
 
@@ -123,6 +83,14 @@ type GPUStats struct {
 	Switches int           // slices granted
 	Overlaps int           // slices that started before the last one drained
 	Idle     time.Duration // no slice granted or draining while a container was owed one
+	// Calibrations: times the GPU was filled to learn its clock at full load (speed.go).
+	Calibrations int
+}
+
+// Speed is the GPU's speed against full load that slices are charged by, and the SM clocks it
+// is judged from (0: not known).
+func (g *GPU) Speed() (factor, clockMHz, fullLoadMHz float64) {
+	return g.factor(), g.speed.clk, g.speed.full
 }
 
 // NewGPU returns the scheduler of one GPU. idSeed starts its slice ids (a restarted scheduler must
@@ -212,7 +180,7 @@ func (g *GPU) Grant(key string) (schedproto.State, uint32, time.Duration) {
 	}
 	var d time.Duration
 	if s == g.holder && s.mode == modeLimited {
-		d = max(g.budget-s.drain, time.Microsecond) // planned to end at once: not "no end"
+		d = max(g.wall(g.budget)-s.drain, time.Microsecond) // planned to end at once: not "no end"
 	}
 	return s.state, s.grant, d
 }
@@ -276,18 +244,18 @@ func (g *GPU) busy(s *seat, now time.Time) bool {
 		((s.state == schedproto.Run || s.state == schedproto.Free) && g.running(s))
 }
 
-// share is a limited container's fraction of the GPU: its limit, scaled down when the limits of
-// the busy limited containers sum to more than the GPU.
-func share(s *seat, sum int) float64 {
-	f := float64(s.id.Limit) / 100
-	if sum > 100 {
-		f = f * 100 / float64(sum)
+// share is a limited container's fraction of the GPU's full-load work: its limit over den (the
+// GPU's 100, or the busy limited containers' sum of limits when it is more, or while the GPU
+// calibrates: denominator).
+func share(s *seat, den int) float64 {
+	if den < 100 && !s.summed {
+		den = 100 // a calibration fills the GPU with the busy ones' slices, not with the others'
 	}
-	return f
+	return float64(s.id.Limit) / float64(den)
 }
 
-func (g *GPU) quantum(s *seat, sum int) time.Duration {
-	return time.Duration(share(s, sum) * float64(g.cfg.Period))
+func (g *GPU) quantum(s *seat, den int) time.Duration {
+	return time.Duration(share(s, den) * float64(g.cfg.Period))
 }
 
 // WarmUp is how long a container is on a GPU before its waits count (MaxWait): until its first
@@ -309,22 +277,22 @@ func (g *GPU) Step(now time.Time) time.Time {
 		}
 	}
 
-	sum := g.decideModes(now)
+	den := g.decideModes(now)
 	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant == h.grant && now.Before(g.from) {
 		g.from = now // its first launch: charged from here
 	}
-	g.account(dt, sum, now)
-	g.judgeHolder(now, sum)
+	g.account(dt, den, now)
+	g.judgeHolder(now, den)
 	g.judgeOverlaps(now)
 	if g.holder == nil {
-		g.pick(now, sum)
+		g.pick(now, den)
 	}
-	g.settle(now, sum)
+	g.settle(now, den)
 	return g.next(now)
 }
 
-// decideModes sets every container's mode from the policies and who is busy; it returns the sum
-// of the busy limited containers' limits.
+// decideModes sets every container's mode from the policies and who is busy, and starts a
+// calibration if one is due; it returns what the limits are shares of (denominator).
 func (g *GPU) decideModes(now time.Time) int {
 	busy := make([]bool, len(g.seats))
 	for i, s := range g.seats {
@@ -365,97 +333,27 @@ func (g *GPU) decideModes(now time.Time) int {
 		s.mode = m
 	}
 	sum := g.limitSum(now)
+	g.maybeCalibrate(now, sum)
+	den := g.denominator(sum, now)
 	for _, s := range fresh {
-		s.credit = g.quantum(s, sum) // a container that starts taking turns may take one slice at once
+		s.credit = g.quantum(s, den) // a container that starts taking turns may take one slice at once
 	}
-	return sum
+	return den
 }
 
 func (g *GPU) limitSum(now time.Time) int {
 	sum := 0
 	for _, s := range g.seats {
-		if s.mode == modeLimited && g.busy(s, now) {
+		s.summed = s.mode == modeLimited && g.busy(s, now)
+		if s.summed {
 			sum += s.id.Limit
 		}
 	}
 	return sum
 }
 
-// account charges the slices that ran over dt and credits every limited container its share of
-// dt, up to one period's worth (an idle container does not save up more).
-//
-// A revoked slice whose work still runs beside the next one (a kernel longer than DrainWait) is
-// charged half of the overlap, as a GPU that time-slices the two gives it half. The next slice is
-// charged all of it until that drain is reported complete, and then gets half back: a container
-// that never reports its drain (or lies about running) makes its neighbour pay the whole overlap
-// (never more than its limit), not gives it free time.
-func (g *GPU) account(dt time.Duration, sum int, now time.Time) {
-	n := time.Duration(len(g.over))
-	if g.holder != nil {
-		n++
-	}
-	for _, o := range g.over {
-		g.charge(o, dt/n)
-		if h := g.holder; h != nil {
-			if o.lent == nil {
-				o.lent = map[*seat]time.Duration{}
-			}
-			o.lent[h] += (dt - dt/n) / time.Duration(len(g.over))
-		}
-	}
-	if h := g.holder; h != nil {
-		c := dt
-		if g.phase == phaseGranted {
-			c = max(now.Sub(maxTime(now.Add(-dt), g.from)), 0)
-		}
-		g.charge(h, c)
-		g.spent += c
-	}
-	owed := false
-	for _, s := range g.seats {
-		if s.mode != modeLimited {
-			continue
-		}
-		// Credit stops growing at a quantum while the container has nothing to do, and at two
-		// while it waits for its turn (a wait behind others' slices is made up by a longer slice,
-		// not lost; a container that only claims to wait saves no more). The holder's grows
-		// freely: it is being charged.
-		limit := g.quantum(s, sum)
-		switch {
-		case s == g.holder:
-			limit = time.Duration(1 << 62)
-		case g.pending(s, now):
-			limit = limit * 3 / 2
-		}
-		if s.credit < limit {
-			s.credit = min(s.credit+time.Duration(share(s, sum)*float64(dt)), limit)
-		}
-		owed = owed || (s != g.holder && g.ready(s, now, sum))
-	}
-	if n == 0 && owed {
-		g.stats.Idle += dt
-	}
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func (g *GPU) charge(s *seat, d time.Duration) {
-	s.stats.Used += d
-	if s.mode != modeLimited {
-		return
-	}
-	b := min(s.bonus, d)
-	s.bonus -= b
-	s.credit -= d - b
-}
-
 // judgeHolder ends or drains the running slice.
-func (g *GPU) judgeHolder(now time.Time, sum int) {
+func (g *GPU) judgeHolder(now time.Time, den int) {
 	h := g.holder
 	if h == nil {
 		return
@@ -469,10 +367,10 @@ func (g *GPU) judgeHolder(now time.Time, sum int) {
 			// one), less what its drain will take; but not before its first launch (a slice
 			// shorter than its drain, as of a kernel longer than a slice, would otherwise end
 			// before a launcher slower to wake than a step could use it).
-			end = g.spent >= g.budget-h.drain && j.Grant == h.grant
+			end = g.spent >= g.budget-g.work(h.drain) && j.Grant == h.grant
 
 		case modeShared:
-			end = g.readyLimited(now, sum, h) != nil || (now.Sub(g.start) >= g.cfg.Period && g.pickShared(now, h) != nil)
+			end = g.readyLimited(now, den, h) != nil || (now.Sub(g.start) >= g.cfg.Period && g.pickShared(now, h) != nil)
 		case modeFree:
 			g.holder, g.phase = nil, phaseNone // nobody to take turns with any more: it runs free
 			return
@@ -494,7 +392,7 @@ func (g *GPU) judgeHolder(now time.Time, sum int) {
 		case j.Drained(h.grant):
 			h.drain += (now.Sub(h.revoked) - h.drain) / 4
 			g.holder, g.phase = nil, phaseNone
-		case now.Sub(h.revoked) >= g.cfg.DrainWait && g.anyOwed(now, sum, h):
+		case now.Sub(h.revoked) >= g.cfg.DrainWait && g.anyOwed(now, den, h):
 			g.over = append(g.over, h) // the next slice starts beside its drain
 			g.stats.Overlaps++
 			g.holder, g.phase = nil, phaseNone
@@ -502,116 +400,9 @@ func (g *GPU) judgeHolder(now time.Time, sum int) {
 	}
 }
 
-func (g *GPU) judgeOverlaps(now time.Time) {
-	g.over = slices.DeleteFunc(g.over, func(s *seat) bool {
-		drained := s.obs.Join.Drained(s.grant)
-		if !drained && now.Sub(s.revoked) < g.cfg.OverlapMax && s != g.holder {
-			return false
-		}
-		for v, d := range s.lent {
-			if drained && v.mode == modeLimited {
-				v.bonus += d
-				v.stats.Used -= d
-			}
-		}
-		s.lent = nil
-		return true
-	})
-}
-
-// ready reports a limited container that is owed the GPU: pending work and a full quantum of
-// credit (one period's share: it took no more than its share over the last period).
-func (g *GPU) ready(s *seat, now time.Time, sum int) bool {
-	return s.mode == modeLimited && g.pending(s, now) && s.credit+s.bonus >= g.quantum(s, sum)-time.Microsecond
-}
-
-// owed reports a container that may take the GPU next: a ready limited one, or an unthrottled
-// one with pending work.
-func (g *GPU) owed(s *seat, now time.Time, sum int) bool {
-	return g.ready(s, now, sum) || (s.mode == modeShared && g.pending(s, now))
-}
-
-// readyLimited is the limited container to run next (not except): the highest priority, then the
-// longest owed; but one that has waited so long that its slice would end more than a period after
-// it was owed goes first, whatever its priority (no starvation).
-func (g *GPU) readyLimited(now time.Time, sum int, except *seat) *seat {
-	var best, urgent *seat
-	for _, s := range g.seats {
-		if s == except || !g.ready(s, now, sum) {
-			continue
-		}
-		if !s.waitFrom.IsZero() && now.Sub(s.waitFrom) >= g.cfg.Period-g.quantum(s, sum)-g.cfg.Tick &&
-			(urgent == nil || s.waitFrom.Before(urgent.waitFrom)) {
-			urgent = s
-		}
-		if best == nil || s.id.Priority < best.id.Priority ||
-			(s.id.Priority == best.id.Priority && since(s, now).Before(since(best, now))) {
-			best = s
-		}
-	}
-	if urgent != nil {
-		return urgent
-	}
-	return best
-}
-
-// since is when s started waiting for its turn; now if it only just did.
-func since(s *seat, now time.Time) time.Time {
-	if s.waitFrom.IsZero() {
-		return now
-	}
-	return s.waitFrom
-}
-
-// pickShared is the unthrottled container to run next (not except): the highest priority, then
-// the one that ran longest ago.
-func (g *GPU) pickShared(now time.Time, except *seat) *seat {
-	var best *seat
-	for _, s := range g.seats {
-		if s == except || s.mode != modeShared || !g.pending(s, now) {
-			continue
-		}
-		if best == nil || s.id.Priority < best.id.Priority ||
-			(s.id.Priority == best.id.Priority && s.lastRun.Before(best.lastRun)) {
-			best = s
-		}
-	}
-	return best
-}
-
-func (g *GPU) anyOwed(now time.Time, sum int, except *seat) bool {
-	return g.readyLimited(now, sum, except) != nil || g.pickShared(now, except) != nil
-}
-
-func (g *GPU) pick(now time.Time, sum int) {
-	s := g.readyLimited(now, sum, nil)
-	if s == nil {
-		s = g.pickShared(now, nil)
-	}
-	if s == nil {
-		return
-	}
-	g.nextID++
-	if g.nextID == 0 {
-		g.nextID = 1
-	}
-	s.state, s.grant = schedproto.Run, g.nextID
-	s.lastRun, g.start = now, now
-	g.budget, g.spent, g.from = max(s.credit+s.bonus, 0), 0, now.Add(g.cfg.JoinGrace)
-	g.holder, g.phase = s, phaseGranted
-	s.stats.Slices++
-	g.stats.Switches++
-	if !s.waitFrom.IsZero() {
-		if now.Sub(s.seated) >= WarmUp {
-			s.stats.MaxWait = max(s.stats.MaxWait, now.Sub(s.waitFrom))
-		}
-		s.waitFrom = time.Time{}
-	}
-}
-
 // settle gives every container not holding the GPU its state: free ones launch freely, the
 // others wait; and keeps the waits owed.
-func (g *GPU) settle(now time.Time, sum int) {
+func (g *GPU) settle(now time.Time, den int) {
 	for _, s := range g.seats {
 		switch {
 		case s.mode == modeFree:
@@ -626,7 +417,7 @@ func (g *GPU) settle(now time.Time, sum int) {
 			s.state = schedproto.Wait
 		}
 		switch {
-		case s == g.holder || !g.owed(s, now, sum):
+		case s == g.holder || !g.owed(s, now, den):
 			s.waitFrom = time.Time{}
 		case s.waitFrom.IsZero():
 			s.waitFrom = now
@@ -639,7 +430,7 @@ func (g *GPU) next(now time.Time) time.Time {
 	t := now.Add(g.cfg.Tick)
 	if h := g.holder; h != nil && g.phase == phaseGranted && h.mode == modeLimited {
 		n := 1 + len(g.over)
-		if end := maxTime(now, g.from).Add((g.budget - h.drain - g.spent) * time.Duration(n)); end.Before(t) {
+		if end := maxTime(now, g.from).Add(g.wall(g.budget-g.work(h.drain)-g.spent) * time.Duration(n)); end.Before(t) {
 			t = end
 		}
 	}

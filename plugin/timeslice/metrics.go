@@ -17,6 +17,14 @@ var (
 		"slices that started before the last one's work drained (a kernel longer than the drain wait)", []string{"gpu"}, nil)
 	descIdle = prometheus.NewDesc("vgpu_scheduler_gpu_owed_idle_seconds_total",
 		"time no slice ran while a container was owed one", []string{"gpu"}, nil)
+	descSpeed = prometheus.NewDesc("vgpu_scheduler_gpu_speed",
+		"the GPU's speed against full load that slices are charged by (its SM clock over the clock at full load; 1 when not known)", []string{"gpu"}, nil)
+	descClock = prometheus.NewDesc("vgpu_scheduler_gpu_sm_clock_mhz",
+		"the GPU's SM clock as the scheduler last read it (smoothed; 0: not read)", []string{"gpu"}, nil)
+	descFullClock = prometheus.NewDesc("vgpu_scheduler_gpu_full_load_sm_clock_mhz",
+		"the GPU's SM clock at full load, as last learned (0: not known)", []string{"gpu"}, nil)
+	descCalibrations = prometheus.NewDesc("vgpu_scheduler_gpu_calibrations_total",
+		"times the GPU was filled with its limited containers' slices to learn its clock at full load", []string{"gpu"}, nil)
 )
 
 // Collector exports the node's scheduling figures.
@@ -26,7 +34,8 @@ type Collector struct {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUsed, descSlices, descWait, descSwitches, descOverlaps, descIdle} {
+	for _, d := range []*prometheus.Desc{descUsed, descSlices, descWait, descSwitches, descOverlaps, descIdle,
+		descSpeed, descClock, descFullClock, descCalibrations} {
 		ch <- d
 	}
 }
@@ -38,6 +47,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSwitches, prometheus.CounterValue, float64(r.GPU.Switches), gpu)
 		ch <- prometheus.MustNewConstMetric(descOverlaps, prometheus.CounterValue, float64(r.GPU.Overlaps), gpu)
 		ch <- prometheus.MustNewConstMetric(descIdle, prometheus.CounterValue, r.GPU.Idle.Seconds(), gpu)
+		ch <- prometheus.MustNewConstMetric(descSpeed, prometheus.GaugeValue, r.Speed, gpu)
+		ch <- prometheus.MustNewConstMetric(descClock, prometheus.GaugeValue, r.ClockMHz, gpu)
+		ch <- prometheus.MustNewConstMetric(descFullClock, prometheus.GaugeValue, r.FullLoadMHz, gpu)
+		ch <- prometheus.MustNewConstMetric(descCalibrations, prometheus.CounterValue, float64(r.GPU.Calibrations), gpu)
 		for key, s := range r.Seats {
 			ch <- prometheus.MustNewConstMetric(descUsed, prometheus.CounterValue, s.Used.Seconds(), gpu, key)
 			ch <- prometheus.MustNewConstMetric(descSlices, prometheus.CounterValue, float64(s.Slices), gpu, key)

@@ -33,6 +33,9 @@ type Node struct {
 	Grace         time.Duration // a grant file whose container directory is gone this long is removed; 0: 1 min
 	Logger        klog.Logger
 	Now           func() time.Time
+	// Clocks reads each GPU's SM clock, which slices are charged by (speed.go); nil: slices are
+	// charged their time.
+	Clocks Clocks
 
 	mu     sync.Mutex
 	ctrs   map[string]*ctr
@@ -60,10 +63,39 @@ type member struct {
 }
 
 type gpuLoop struct {
-	mu      sync.Mutex
-	g       *GPU
-	members map[string]*member
-	joined  uint32 // the last slice whose join was logged (-v=6)
+	mu       sync.Mutex
+	g        *GPU
+	members  map[string]*member
+	joined   uint32    // the last slice whose join was logged (-v=6)
+	clockAt  time.Time // the SM clock was last read then
+	clockErr bool      // the last reading failed (logged at the first of a run of failures)
+}
+
+// Clocks reads a GPU's SM clock in MHz.
+type Clocks interface {
+	SMClock(gpu string) (uint32, error) // gpu: NVML's form, "GPU-…"
+}
+
+// readClock gives the GPU a reading of its SM clock when one is due. A GPU whose clock cannot be
+// read keeps its last speed.
+func (n *Node) readClock(l *gpuLoop, now time.Time) {
+	if n.Clocks == nil || now.Sub(l.clockAt) < n.Config.ClockEvery {
+		return
+	}
+	l.clockAt = now
+	mhz, err := n.Clocks.SMClock(l.g.UUID.String())
+	if err != nil {
+		if !l.clockErr {
+			n.Logger.Error(err, "Cannot read the SM clock: slices are charged at the last speed", "gpu", l.g.UUID)
+		}
+		l.clockErr = true
+		return
+	}
+	if l.clockErr {
+		n.Logger.Info("Reading the SM clock again", "gpu", l.g.UUID, "mhz", mhz)
+	}
+	l.clockErr = false
+	l.g.Clock(now, float64(mhz))
 }
 
 func (n *Node) now() time.Time {
@@ -345,67 +377,8 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 			// by a millisecond, a few per cent of a slice, all of it uncharged).
 			now, woke = woke, time.Time{}
 		}
-		seen := make(map[string]Observed, len(l.members))
-		for key, m := range l.members {
-			var o Observed
-			if m.c.report != nil {
-				e, err := m.c.report.Entry(m.idx)
-				o = Observed{Entry: e, OK: err == nil}
-			}
-			l.g.Observe(key, o, now)
-			seen[key] = o
-		}
-		next := l.g.Step(now)
-		for key, m := range l.members {
-			st, id, budget := l.g.Grant(key)
-			if st != m.written || ((st == schedproto.Run || st == schedproto.Free) && id != m.id) {
-				m.c.grant.Set(m.idx, st, id, budget)
-				m.written, m.id = st, id
-				n.Logger.V(5).Info("Grant", "gpu", l.g.UUID, "container", key, "state", st, "slice", id, "budget", budget)
-			}
-		}
-		if now.Sub(beat) >= Heartbeat {
-			for _, m := range l.members {
-				m.c.grant.Beat(m.idx)
-			}
-			beat = now
-		}
-		if key, g, since, ok := l.g.Holder(); ok && n.Logger.V(6).Enabled() {
-			if m := l.members[key]; m != nil && m.c.report != nil {
-				if e, err := m.c.report.Entry(m.idx); err == nil && e.Join.Grant == g && g != l.joined {
-					l.joined = g
-					n.Logger.V(6).Info("Joined", "container", key, "after", now.Sub(since))
-				}
-			}
-		}
-		var bell func(time.Duration) bool
-		if key, ok := l.g.Draining(); ok && n.Logger.V(6).Enabled() {
-			if m := l.members[key]; m != nil {
-				n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
-			}
-		}
-		// The holder's bell rings at its first launch (its slice is charged from then) and when
-		// its work drained (revoked, or idle: the GPU can go to the next one at once); a revoked
-		// slice that drains beside the holder's rings when its drain ends (Overlapping).
-		key, ok := l.g.Draining()
-		if !ok {
-			key, ok = l.g.Overlapping()
-		}
-		if !ok {
-			key, _, _, ok = l.g.Holder()
-		}
-		if ok {
-			if m := l.members[key]; m != nil && m.c.report != nil && seen[key].OK {
-				r, idx, old := m.c.report, m.idx, seen[key].Bell
-				// The bell as observed before the step: a ring since (a launcher that joined as
-				// its grant was written) wakes the wait at once.
-				bell = func(d time.Duration) bool {
-					_ = r.WaitBell(idx, old, d)
-					e, err := r.Entry(idx)
-					return err == nil && e.Bell != old
-				}
-			}
-		}
+		next, seen := n.step(l, now, &beat)
+		bell := n.bell(l, seen)
 		l.mu.Unlock()
 		at := n.now() // now may be a wake's, earlier: the sleep is timed from the clock
 		d := min(next.Sub(at), beat.Add(Heartbeat).Sub(at))
@@ -426,10 +399,87 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 	}
 }
 
+// step observes every member's report, steps the GPU, writes the grants that changed and beats
+// (l.mu held). It returns when the GPU wants its next step and what each report said.
+func (n *Node) step(l *gpuLoop, now time.Time, beat *time.Time) (time.Time, map[string]Observed) {
+	seen := make(map[string]Observed, len(l.members))
+	for key, m := range l.members {
+		var o Observed
+		if m.c.report != nil {
+			e, err := m.c.report.Entry(m.idx)
+			o = Observed{Entry: e, OK: err == nil}
+		}
+		l.g.Observe(key, o, now)
+		seen[key] = o
+	}
+	n.readClock(l, now)
+	next := l.g.Step(now)
+	for key, m := range l.members {
+		st, id, budget := l.g.Grant(key)
+		if st != m.written || ((st == schedproto.Run || st == schedproto.Free) && id != m.id) {
+			m.c.grant.Set(m.idx, st, id, budget)
+			m.written, m.id = st, id
+			n.Logger.V(5).Info("Grant", "gpu", l.g.UUID, "container", key, "state", st, "slice", id, "budget", budget)
+		}
+	}
+	if now.Sub(*beat) >= Heartbeat {
+		for _, m := range l.members {
+			m.c.grant.Beat(m.idx)
+		}
+		*beat = now
+	}
+	if key, g, since, ok := l.g.Holder(); ok && n.Logger.V(6).Enabled() {
+		if m := l.members[key]; m != nil && m.c.report != nil {
+			if e, err := m.c.report.Entry(m.idx); err == nil && e.Join.Grant == g && g != l.joined {
+				l.joined = g
+				n.Logger.V(6).Info("Joined", "container", key, "after", now.Sub(since))
+			}
+		}
+	}
+	return next, seen
+}
+
+// bell is the wait on the bell the loop sleeps on (l.mu held), nil for none. The holder's bell
+// rings at its first launch (its slice is charged from then) and when its work drained (revoked,
+// or idle: the GPU can go to the next one at once); a revoked slice that drains beside the
+// holder's rings when its drain ends (Overlapping).
+func (n *Node) bell(l *gpuLoop, seen map[string]Observed) func(time.Duration) bool {
+	if key, ok := l.g.Draining(); ok && n.Logger.V(6).Enabled() {
+		if m := l.members[key]; m != nil {
+			n.Logger.V(6).Info("Draining", "container", key, "join", m.c.obsJoin(m.idx))
+		}
+	}
+	key, ok := l.g.Draining()
+	if !ok {
+		key, ok = l.g.Overlapping()
+	}
+	if !ok {
+		key, _, _, ok = l.g.Holder()
+	}
+	if !ok {
+		return nil
+	}
+	m := l.members[key]
+	if m == nil || m.c.report == nil || !seen[key].OK {
+		return nil
+	}
+	r, idx, old := m.c.report, m.idx, seen[key].Bell
+	// The bell as observed before the step: a ring since (a launcher that joined as its grant
+	// was written) wakes the wait at once.
+	return func(d time.Duration) bool {
+		_ = r.WaitBell(idx, old, d)
+		e, err := r.Entry(idx)
+		return err == nil && e.Bell != old
+	}
+}
+
 // GPUReport is one GPU's figures and its containers'.
 type GPUReport struct {
 	GPU   GPUStats
 	Seats map[string]SeatStats
+	// Speed is the GPU's speed against full load that slices are charged by; ClockMHz and
+	// FullLoadMHz the SM clocks it is judged from (0: not known).
+	Speed, ClockMHz, FullLoadMHz float64
 }
 
 // Stats returns every GPU's figures.
@@ -440,8 +490,9 @@ func (n *Node) Stats() map[schedproto.UUID]GPUReport {
 	for u, l := range n.gpus {
 		l.mu.Lock()
 		g, s := l.g.Stats()
+		f, clk, full := l.g.Speed()
 		l.mu.Unlock()
-		out[u] = GPUReport{g, s}
+		out[u] = GPUReport{GPU: g, Seats: s, Speed: f, ClockMHz: clk, FullLoadMHz: full}
 	}
 	return out
 }

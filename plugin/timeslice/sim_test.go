@@ -70,7 +70,19 @@ type sim struct {
 	ctrs []*simCtr
 	now  time.Duration
 	base time.Time
+	// A power-capped GPU, as fakegpu's FAKEGPU_POWER_BOOST: busy a fraction L of the last
+	// simPowerWindow, it runs min(boost, 1/L) times faster than at full load, and its SM clock
+	// (simFullMHz at full load) follows. boost 0: no power cap, no clock readings.
+	boost  float64
+	busy   []bool // the last simPowerWindow, a step each
+	nbusy  int
+	speedX float64 // the speed now
 }
+
+const (
+	simPowerWindow = 100 * time.Millisecond
+	simFullMHz     = 1500
+)
 
 func newSim(t *testing.T, cfg Config) *sim {
 	return &sim{t: t, cfg: cfg, g: NewGPU(schedproto.UUID{1}, cfg, 1000), base: time.Unix(1000, 0)}
@@ -153,7 +165,31 @@ func (c *simCtr) lib(now time.Duration) {
 	}
 }
 
-// gpu runs one step of work: shared evenly by the containers with work queued.
+// power records whether the GPU was busy this step and sets its speed for the next.
+func (s *sim) power(busy bool) {
+	if s.boost == 0 {
+		s.speedX = 1
+		return
+	}
+	n := int(simPowerWindow / simStep)
+	if s.busy == nil {
+		s.busy = make([]bool, n)
+	}
+	i := int(s.now/simStep) % n
+	if s.busy[i] {
+		s.nbusy--
+	}
+	if s.busy[i] = busy; busy {
+		s.nbusy++
+	}
+	s.speedX = s.boost
+	if l := float64(s.nbusy) / float64(n); l*s.boost > 1 {
+		s.speedX = 1 / l
+	}
+}
+
+// gpu runs one step of work: shared evenly by the containers with work queued, at the GPU's
+// speed (power).
 func (s *sim) gpu() {
 	var on []*simCtr
 	for _, c := range s.ctrs {
@@ -161,10 +197,11 @@ func (s *sim) gpu() {
 			on = append(on, c)
 		}
 	}
+	s.power(len(on) > 0)
 	if len(on) == 0 {
 		return
 	}
-	per := simStep / time.Duration(len(on))
+	per := time.Duration(float64(simStep) * s.speedX / float64(len(on)))
 	for _, c := range on {
 		left := per
 		for left > 0 && c.queued() > 0 {
@@ -189,6 +226,9 @@ func (s *sim) run(d time.Duration) {
 	next := s.base
 	for end := s.now + d; s.now < end; s.now += simStep {
 		at := s.base.Add(s.now)
+		if s.boost != 0 && s.now%s.cfg.ClockEvery == 0 {
+			s.g.Clock(at, simFullMHz*s.speedX)
+		}
 		rang := false
 		for _, c := range s.ctrs {
 			if c.lies != nil {
@@ -282,6 +322,60 @@ func TestSharesForce(t *testing.T) {
 			s.run(15 * time.Second)
 			for _, c := range s.ctrs {
 				within(t, c.id.Key, c.windows(), float64(c.id.Limit)/100, simTol)
+			}
+		})
+	}
+}
+
+// On a power-capped GPU (1.25 times faster while partly idle, as an H200's GEMMs) every share
+// holds in work, not in time: the slices are charged by the SM clock against its full-load
+// figure, which the GPU learns at full load or in a calibration (speed.go). Without the speed,
+// 30 % + 50 % of the time is 0.375 + 0.625 of the work (the control case).
+func TestSharesHoldWorkOnAPowerCappedGPU(t *testing.T) {
+	t.Parallel()
+	ms := workload{kernel: time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		limits []int
+		starts []time.Duration
+		noCal  bool
+	}{
+		{"30+50", []int{30, 50}, nil, false},
+		{"30+50 1 s apart", []int{30, 50}, []time.Duration{0, time.Second}, false},
+		{"10+90", []int{10, 90}, nil, false},
+		// The 10 % one calibrates alone; the 90 % one, idle meanwhile, must not earn credit at
+		// the calibration's share (90/10 of the GPU: it then ran unthrottled for 8 s).
+		{"10, then 90 at 0.5 s", []int{10, 90}, []time.Duration{0, 500 * time.Millisecond}, false},
+		{"25+25+50 1 s apart", []int{25, 25, 50}, []time.Duration{0, time.Second, 2 * time.Second}, false},
+		{"30 alone", []int{30}, nil, false},
+		{"20+20+20 then 40 at 5 s", []int{20, 20, 20, 40}, []time.Duration{0, 0, 0, 5 * time.Second}, false},
+		{"30+50 without the speed", []int{30, 50}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := DefaultConfig()
+			if tc.noCal {
+				cfg.Calibrate = 0
+			}
+			s := newSim(t, cfg)
+			s.boost = 1.25
+			for i, l := range tc.limits {
+				w := ms
+				if tc.starts != nil {
+					w.start = tc.starts[i]
+				}
+				s.add(fmt.Sprintf("c%02d", i), l, PolicyForce, 1, w)
+			}
+			s.run(18 * time.Second)
+			for _, c := range s.ctrs {
+				want := float64(c.id.Limit) / 100
+				if tc.noCal {
+					want *= s.boost // the time share, sped up: what the calibration prevents
+				}
+				within(t, c.id.Key, c.windows(), want, simTol)
+			}
+			if st, _ := s.g.Stats(); !tc.noCal && len(tc.limits) > 0 && st.Calibrations == 0 && tc.limits[0] != 10 {
+				t.Errorf("no calibration on a GPU its limits never fill")
 			}
 		})
 	}

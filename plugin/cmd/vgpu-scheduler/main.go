@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
 	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
@@ -35,6 +36,8 @@ type options struct {
 	hookPath       string
 	period         time.Duration
 	drainWait      time.Duration
+	calibrate      time.Duration
+	nvmlLibrary    string
 	metricsAddress string
 }
 
@@ -71,6 +74,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.period < 10*time.Millisecond || o.period > 10*time.Second {
 		return options{}, fmt.Errorf("--period (PERIOD) must be 10ms..10s, got %v", o.period)
 	}
+	if o.calibrate < 0 || o.calibrate > time.Minute {
+		return options{}, fmt.Errorf("--calibrate (CALIBRATE) must be 0 (never) to 1m, got %v", o.calibrate)
+	}
 	if o.drainWait <= 0 || o.drainWait >= o.period {
 		return options{}, fmt.Errorf("--drain-wait (DRAIN_WAIT) must be positive and shorter than --period (%v), got %v", o.period, o.drainWait)
 	}
@@ -88,6 +94,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.hookPath, "hook-path", "/usr/local", "same meaning as the device plugin's: grant files in <hook-path>/vgpu/sched, reports in <hook-path>/vgpu/containers")
 	fs.DurationVar(&o.period, "period", d.Period, "the scheduling period: slices in proportion to the limits over it, and the longest a container owed a slice waits for it")
 	fs.DurationVar(&o.drainWait, "drain-wait", d.DrainWait, "how long the next slice waits for the last one's work to drain before it starts beside it")
+	fs.DurationVar(&o.calibrate, "calibrate", d.Calibrate, "how long a GPU whose limited containers leave it partly idle is filled with their slices to learn its SM clock at full load (slices are charged by the clock against it); 0: never")
+	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (the driver's or fakegpu's), read for each GPU's SM clock; empty: the loader's search path")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9395", "listen address of /metrics; empty disables it")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -100,7 +108,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	cfg := timeslice.DefaultConfig()
-	cfg.Period, cfg.DrainWait = o.period, o.drainWait
+	cfg.Period, cfg.DrainWait, cfg.Calibrate = o.period, o.drainWait, o.calibrate
 	containers := allocate.ContainersDir(o.hookPath)
 	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
 	if o.nodeName != "" {
@@ -114,9 +122,11 @@ func serve(ctx context.Context, o options) error {
 		}
 		src = &timeslice.Snapshots{Take: sources.Snapshot}
 	}
+	clocks := &gpu.Clocks{Lib: gpu.NewLibrary(o.nvmlLibrary)}
+	defer clocks.Shutdown()
 	n := &timeslice.Node{
 		GrantDir: filepath.Join(o.hookPath, "vgpu", allocate.GrantDirName), ContainersDir: containers,
-		Source: src, Config: cfg, Logger: logger,
+		Source: src, Config: cfg, Logger: logger, Clocks: clocks,
 	}
 	if o.metricsAddress != "" {
 		reg := prometheus.NewRegistry()

@@ -12,7 +12,7 @@ import (
 	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/nvsmi"
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 )
 
@@ -33,7 +33,7 @@ func smiBinary(t *testing.T) string {
 	t.Helper()
 	bin, err := nvsmi.Locate()
 	if err != nil {
-		sandboxtest.SkipUnlessCI(t, "the real nvidia-smi: "+err.Error())
+		tier.Unavailable(t, tier.NvidiaSMI, err.Error())
 	}
 	return bin
 }

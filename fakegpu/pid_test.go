@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/fakegpu/fakegputest"
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // TestProcessListByTheReadersPID: a process in its own PID namespace (as in a
@@ -21,9 +21,7 @@ import (
 // driver's list does, so a node agent can map and signal it. Before fakegpu
 // translated PIDs, the list said 1.
 func TestProcessListByTheReadersPID(t *testing.T) {
-	if os.Geteuid() != 0 {
-		sandboxtest.SkipUnlessCI(t, "needs root: unshare --pid (a PID namespace, as a container's)")
-	}
+	tier.Require(t, tier.Root.For("unshare --pid (a PID namespace, as a container's)"))
 	h := fakegputest.NewHost(t, "a16-16q")
 	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(h.Paths.Bin, "cudaprobe"), "--mib", "100", "--hold-until-signal")
 	c.Env = h.Env

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // twoGPUs: a pod with two GPUs of different limits (3000 MiB on the first, 1000 MiB on the
@@ -251,9 +251,7 @@ func TestEscapeDeviceSixteenAndUp(t *testing.T) {
 // environment mode. Before: a directory, or a file the process may not read, fell back to the
 // environment, which in a login session is no limit at all (4096 MiB granted).
 func TestEscapeOverrideEnvUnreadable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		sandboxtest.SkipUnlessCI(t, "skipped: needs root for unshare -m and mounts (a login session in a private mount namespace)")
-	}
+	tier.Require(t, tier.Root.For("unshare -m and mounts (a login session in a private mount namespace)"))
 	e := newEnv(t)
 	probe := filepath.Join(e.p.Bin, "hamicore-allocprobe")
 	for _, tc := range []struct{ name, setup, want string }{

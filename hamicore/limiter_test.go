@@ -6,44 +6,77 @@ package hamicore_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/limitbed/limitbed/harness/computebench"
 )
 
-type launchResult struct {
-	Launches     int       `json:"launches"`
-	LaunchError  int       `json:"launch_error"`
-	SyncError    int       `json:"sync_error"`
-	BusyFraction float64   `json:"busy_fraction"`
-	Windows      []float64 `json:"windows"`
-	ElapsedS     float64   `json:"elapsed_s"` // the run and the wait for its queued work
-}
+// launchResult is launchprobe's JSON line, as computebench (its one reader) decodes it.
+type launchResult = computebench.ProbeResult
 
-// steady is the mean busy fraction of the 1 s windows after the first 2 s.
-func (r launchResult) steady() float64 {
-	if len(r.Windows) < 3 {
+// steady is the mean busy fraction of the 1 s windows after the first 2 s (-1 without one).
+func steady(r launchResult) float64 {
+	if len(r.Windows) <= computebench.SkipWindows {
 		return -1
 	}
-	s := 0.0
-	for _, w := range r.Windows[2:] {
-		s += w
-	}
-	return s / float64(len(r.Windows)-2)
+	return computebench.Steady(r.Windows)
 }
 
-// Tolerance of the limiter on a steady workload: docs/hamicore.md. CI machines run these next to
-// other busy tests on 2 cores (late refills, late control steps), so CI gets twice the band;
-// docs/benchmarks.md has the exact figures of longer runs.
-func tolerance() float64 {
-	if os.Getenv("CI") == "true" {
-		return 0.06
+// Tolerance of the limiter on a steady workload: docs/hamicore.md, everywhere, CI included. A
+// machine running other busy tests on 2 cores can starve a probe of CPU (a late launch shows as
+// a dip the limit did not make): runJudged measures a bound missed in such a run again.
+func tolerance() float64 { return 0.03 }
+
+// attempts: how often runJudged measures a batch whose bounds were missed in starved runs.
+const attempts = 3
+
+// miss is a bound missed by the jobs at these indices (two processes held to one limit together).
+type miss struct {
+	jobs []int
+	msg  string
+}
+
+// waits are the CPU waits of the runs m concerns, for its message.
+func (m miss) waits(rs []launchResult) [][]float64 {
+	var w [][]float64
+	for _, j := range m.jobs {
+		w = append(w, rs[j].Waits)
 	}
-	return 0.03
+	return w
+}
+
+// runJudged runs the jobs mk makes (all at once, fresh pods each time) and judges their results.
+// A miss in a run the machine starved of CPU (computebench.Starved: a judged window in which the
+// probe waited for a CPU for the tolerance's worth of it) is measured again with a fresh batch, up
+// to attempts times; a miss in a run it did not starve fails at once, as does the last attempt's.
+func runJudged(t *testing.T, mk func() []job, judge func(rs []launchResult) []miss) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		rs := runAll(t, mk())
+		misses := judge(rs)
+		starved := len(misses) > 0
+		for _, m := range misses {
+			hit := false
+			for _, j := range m.jobs {
+				hit = hit || computebench.Starved(rs[j].Waits, tolerance())
+			}
+			starved = starved && hit
+		}
+		if starved && attempt < attempts {
+			for _, m := range misses {
+				t.Logf("attempt %d, starved of CPU (waits %v), measuring again: %s", attempt, m.waits(rs), m.msg)
+			}
+			continue
+		}
+		for _, m := range misses {
+			t.Errorf("%s (attempt %d; CPU waits per window %v)", m.msg, attempt, m.waits(rs))
+		}
+		return
+	}
 }
 
 // Band for the short runs of every launch path, judged after 2 s.
@@ -85,21 +118,27 @@ type steadyCase struct {
 // stamps the region's limits), and judges each; what names the figure in a failure.
 func checkSteady(t *testing.T, what string, cases []steadyCase) {
 	t.Helper()
-	jobs := make([]job, len(cases))
-	for i, c := range cases {
-		e := newEnv(t)
-		environ := e.limited(c.env...)
-		if c.plain {
-			environ = append(append([]string{}, e.base...), c.env...)
+	mk := func() []job {
+		jobs := make([]job, len(cases))
+		for i, c := range cases {
+			e := newEnv(t)
+			environ := e.limited(c.env...)
+			if c.plain {
+				environ = append(append([]string{}, e.base...), c.env...)
+			}
+			jobs[i] = job{e: e, environ: environ, args: append([]string{"--seconds", "8"}, c.args...)}
 		}
-		jobs[i] = job{e: e, environ: environ, args: append([]string{"--seconds", "8"}, c.args...)}
+		return jobs
 	}
-	rs := runAll(t, jobs)
-	for i, c := range cases {
-		if got := rs[i].steady(); got < c.lo || got > c.hi {
-			t.Errorf("%s: %s %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, what, got, rs[i].Windows, c.lo, c.hi)
+	runJudged(t, mk, func(rs []launchResult) []miss {
+		var ms []miss
+		for i, c := range cases {
+			if got := steady(rs[i]); got < c.lo || got > c.hi {
+				ms = append(ms, miss{[]int{i}, fmt.Sprintf("%s: %s %.3f after 2 s (windows %v), want %.2f..%.2f", c.name, what, got, rs[i].Windows, c.lo, c.hi)})
+			}
 		}
-	}
+		return ms
+	})
 }
 
 // job is one launchprobe run; runAll runs them all at once (they sleep while throttled, so a
@@ -129,7 +168,7 @@ func runAll(t *testing.T, jobs []job) []launchResult {
 	for i, p := range procs {
 		err := p.Wait()
 		if err == nil {
-			err = json.Unmarshal(outs[i].Bytes(), &rs[i])
+			rs[i], err = computebench.ParseProbe(outs[i].Bytes())
 		}
 		if err == nil && (rs[i].LaunchError != 0 || rs[i].SyncError != 0 || rs[i].Launches == 0) {
 			err = fmt.Errorf("launch errors")
@@ -160,7 +199,7 @@ func TestComputeLimitEveryLaunchPath(t *testing.T) {
 	}
 	for i, r := range runAll(t, jobs) {
 		// After 2 s: the first 1.5 s are the calibration's unthrottled run.
-		if got := r.steady(); got < limitLow || got > limitHigh {
+		if got := steady(r); got < limitLow || got > limitHigh {
 			t.Errorf("%v: busy %.3f after 2 s (%d launches, windows %v), want %.2f..%.2f", cases[i], got, r.Launches, r.Windows, limitLow, limitHigh)
 		}
 	}
@@ -184,39 +223,49 @@ func TestComputeLimitIsWorkNotTime(t *testing.T) {
 // The limit is the container's: two processes of one pod share 30 %, they do not get 30 % each.
 func TestComputeLimitIsPerContainer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	environ := e.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
-	args := []string{"--seconds", "8", spin1ms}
-	rs := runAll(t, []job{{e: e, environ: environ, args: args}, {e: e, environ: environ, args: args}})
-	sum := rs[0].steady() + rs[1].steady()
-	if tol := tolerance(); sum < 0.30-tol || sum > 0.30+tol {
-		t.Errorf("two processes under one 30 %% limit were busy %.3f together (%v, %v), want 0.30 ± %.2f", sum, rs[0].Windows, rs[1].Windows, tol)
+	mk := func() []job {
+		e := newEnv(t)
+		environ := e.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+		args := []string{"--seconds", "8", spin1ms}
+		return []job{{e: e, environ: environ, args: args}, {e: e, environ: environ, args: args}}
 	}
+	runJudged(t, mk, func(rs []launchResult) []miss {
+		sum := steady(rs[0]) + steady(rs[1])
+		if tol := tolerance(); sum < 0.30-tol || sum > 0.30+tol {
+			msg := fmt.Sprintf("two processes under one 30 %% limit were busy %.3f together (%v, %v), want 0.30 ± %.2f", sum, rs[0].Windows, rs[1].Windows, tol)
+			return []miss{{[]int{0, 1}, msg}}
+		}
+		return nil
+	})
 }
 
-// twoPods runs the shape mix for 8 s in a 30 % pod and, started `after` later, a 50 % pod on the
+// twoPods makes the shape mix for 8 s in a 30 % pod and, started `after` later, a 50 % pod on the
 // same GPU (each its own usage.cache, one fakegpu state), both `force`.
-func twoPods(t *testing.T, after time.Duration) []launchResult {
-	t.Helper()
-	a, b := newEnv(t), newEnv(t)
-	b.base = a.base // b's own pod (usage.cache), a's GPU (fakegpu state)
-	args := []string{"--seconds", "8", "--workload=mix"}
-	return runAll(t, []job{
-		{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
-		{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args, after: after},
-	})
+func twoPods(t *testing.T, after time.Duration) func() []job {
+	return func() []job {
+		a, b := newEnv(t), newEnv(t)
+		b.base = a.base // b's own pod (usage.cache), a's GPU (fakegpu state)
+		args := []string{"--seconds", "8", "--workload=mix"}
+		return []job{
+			{e: a, environ: a.limited("CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force"), args: args},
+			{e: b, environ: b.limited("CUDA_DEVICE_SM_LIMIT=50", "GPU_CORE_UTILIZATION_POLICY=force"), args: args, after: after},
+		}
+	}
 }
 
 // Two containers on one GPU at 30 % and 50 %: each holds its own limit.
 func TestComputeLimitTwoContainersOneGPU(t *testing.T) {
 	t.Parallel()
-	rs := twoPods(t, 0)
 	tol := tolerance()
-	for i, want := range []float64{0.30, 0.50} {
-		if got := rs[i].steady(); got < want-tol || got > want+tol {
-			t.Errorf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)
+	runJudged(t, twoPods(t, 0), func(rs []launchResult) []miss {
+		var ms []miss
+		for i, want := range []float64{0.30, 0.50} {
+			if got := steady(rs[i]); got < want-tol || got > want+tol {
+				ms = append(ms, miss{[]int{i}, fmt.Sprintf("container at %.0f %%: busy %.3f after 2 s (windows %v), want ± %.2f", want*100, got, rs[i].Windows, tol)})
+			}
 		}
-	}
+		return ms
+	})
 }
 
 // A neighbour that starts while a container calibrates (unthrottled, its launch queue full) is
@@ -229,13 +278,16 @@ func TestComputeLimitNeighbourStartsDuringCalibration(t *testing.T) {
 	for _, after := range []time.Duration{time.Second, 1500 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
 			t.Parallel()
-			rs := twoPods(t, after)
-			if got := rs[0].steady(); got < 0.15 || got > 0.30+tol {
-				t.Errorf("calibrating container at 30 %%: busy %.3f after 2 s (windows %v), want 0.15 .. %.2f", got, rs[0].Windows, 0.30+tol)
-			}
-			if got := rs[1].steady(); got < 0.50-2*tol || got > 0.50+tol {
-				t.Errorf("neighbour at 50 %%: busy %.3f after 2 s (windows %v), want %.2f .. %.2f", got, rs[1].Windows, 0.50-2*tol, 0.50+tol)
-			}
+			runJudged(t, twoPods(t, after), func(rs []launchResult) []miss {
+				var ms []miss
+				if got := steady(rs[0]); got < 0.15 || got > 0.30+tol {
+					ms = append(ms, miss{[]int{0}, fmt.Sprintf("calibrating container at 30 %%: busy %.3f after 2 s (windows %v), want 0.15 .. %.2f", got, rs[0].Windows, 0.30+tol)})
+				}
+				if got := steady(rs[1]); got < 0.50-2*tol || got > 0.50+tol {
+					ms = append(ms, miss{[]int{1}, fmt.Sprintf("neighbour at 50 %%: busy %.3f after 2 s (windows %v), want %.2f .. %.2f", got, rs[1].Windows, 0.50-2*tol, 0.50+tol)})
+				}
+				return ms
+			})
 		})
 	}
 }
@@ -282,11 +334,16 @@ func TestComputeLimitIsThePhysicalGPUs(t *testing.T) {
 // never throttle).
 func TestComputeLimitFollowsUUID(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	environ := e.limited("FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR="+filepath.Join(e.p.Root, "fakegpu", "profiles"),
-		"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
-	r := runAll(t, []job{{e: e, environ: environ, args: []string{"--seconds", "6", spin1ms}}})[0]
-	if tol := tolerance(); r.steady() < 0.30-tol || r.steady() > 0.30+tol {
-		t.Errorf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", r.steady(), r.Windows, tol)
+	mk := func() []job {
+		e := newEnv(t)
+		environ := e.limited("FAKEGPU_PROFILE=2x-a16-16q", "FAKEGPU_PROFILE_DIR="+filepath.Join(e.p.Root, "fakegpu", "profiles"),
+			"CUDA_VISIBLE_DEVICES=1", "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+		return []job{{e: e, environ: environ, args: []string{"--seconds", "6", spin1ms}}}
 	}
+	runJudged(t, mk, func(rs []launchResult) []miss {
+		if r, tol := rs[0], tolerance(); steady(r) < 0.30-tol || steady(r) > 0.30+tol {
+			return []miss{{[]int{0}, fmt.Sprintf("busy %.3f after 2 s (windows %v), want 0.30 ± %.2f", steady(r), r.Windows, tol)}}
+		}
+		return nil
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // loginSession runs allocprobe the way an SSH / su - / cron process starts: NO environment at
@@ -25,12 +27,7 @@ func (e *env) loginSession(lib, limits string, args ...string) (probeResult, str
 // describes; extra are more privatens options. Its stdout and stderr.
 func (e *env) inLogin(lib, limits string, extra []string, cmd ...string) (string, string) {
 	e.t.Helper()
-	if os.Geteuid() != 0 {
-		e.t.Skip("skipped: needs root for unshare -m and mounts (the login-session tests build a private mount namespace)")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		e.t.Skip("skipped: unshare(1) not installed")
-	}
+	tier.Require(e.t, tier.Root.For("unshare -m and mounts (the login-session tests build a private mount namespace)"), tier.Tool("unshare"))
 	profile := os.Getenv("FAKEGPU_PROFILE")
 	if profile == "" {
 		profile = filepath.Join(e.p.Root, "fakegpu", "profiles", "a16-16q.profile")
@@ -122,9 +119,7 @@ func TestLoginSessionMalformedFile(t *testing.T) {
 
 // The file beats the environment: a process whose environment says 8000m is capped at 3000m.
 func TestFileBeatsEnvironment(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root for unshare -m and mounts (a private /overrideEnv)")
-	}
+	tier.Require(t, tier.Root.For("unshare -m and mounts (a private /overrideEnv)"))
 	e := newEnv(t)
 	limitsFile := filepath.Join(t.TempDir(), "limits")
 	if err := os.WriteFile(limitsFile, []byte(e.podLimits()), 0o644); err != nil {
@@ -149,9 +144,7 @@ func TestFileBeatsEnvironment(t *testing.T) {
 // that was rejected. Each case runs like TestFileBeatsEnvironment: the file in place, the
 // variables in the process's own environment.
 func TestFileModeEnvironmentCannotLoosen(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root for unshare -m and mounts (a private /overrideEnv)")
-	}
+	tier.Require(t, tier.Root.For("unshare -m and mounts (a private /overrideEnv)"))
 	cases := []struct {
 		name  string
 		file  func(e *env) string

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/limitbed/limitbed/harness/nvsmi"
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // The operator's first check: Debian's real nvidia-smi, run under libvgpu.so with a 3000 MiB limit
@@ -19,7 +19,7 @@ import (
 func TestNvidiaSMIShowsTheLimit(t *testing.T) {
 	bin, err := nvsmi.Locate()
 	if err != nil {
-		sandboxtest.SkipUnlessCI(t, "the real nvidia-smi: "+err.Error())
+		tier.Unavailable(t, tier.NvidiaSMI, err.Error())
 	}
 	e := newEnv(t)
 	check := func(session, totals, screen string) {

@@ -5,12 +5,11 @@ package scripts
 import (
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // repoRoot is the repository root: go test runs in this directory.
@@ -69,18 +68,14 @@ func stub(t *testing.T, dir, name, body string) {
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			sandboxtest.SkipUnlessCI(t, tool+" is missing (scripts/install-deps.sh installs it)")
-		}
+		tier.Require(t, tier.Tool(tool))
 	}
 }
 
 // needRoot skips (fails under CI=true, which runs as root) when not root.
 func needRoot(t *testing.T, why string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		sandboxtest.SkipUnlessCI(t, "needs root: "+why)
-	}
+	tier.Require(t, tier.Root.For(why))
 }
 
 // env is the test process's environment with PATH led by dir and the given variables set.

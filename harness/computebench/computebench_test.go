@@ -107,35 +107,67 @@ func FuzzParseProbe(f *testing.F) {
 }
 
 // The bench end to end on fakegpu, short: a 30 % force run of the graph workload and the
-// default policy alone (the monitor's decision running) against their unlimited run.
+// default policy alone (the monitor's decision running) against their unlimited run, ± 0.03. A
+// bound missed in a run the machine starved of CPU (Starved) is measured again, up to three
+// times; one missed in a run it did not starve fails at once.
 func TestRunnerOnFakegpu(t *testing.T) {
 	p := cbuild.Build(t)
-	dir := t.TempDir()
-	r := &Runner{
-		Probe: filepath.Join(p.Bin, "hamicore-launchprobe"), Preload: filepath.Join(p.Lib, "libvgpu.so"),
-		Env: []string{"LD_LIBRARY_PATH=" + p.Lib, "FAKEGPU_PROFILE=a16-16q",
-			"FAKEGPU_PROFILE_DIR=" + filepath.Join(p.Root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")},
-		Seconds: 5, Dir: dir, Logger: klog.Background(),
+	const tol, attempts = 0.03, 3
+	for attempt := 1; ; attempt++ {
+		dir := t.TempDir()
+		r := &Runner{
+			Probe: filepath.Join(p.Bin, "hamicore-launchprobe"), Preload: filepath.Join(p.Lib, "libvgpu.so"),
+			Env: []string{"LD_LIBRARY_PATH=" + p.Lib, "FAKEGPU_PROFILE=a16-16q",
+				"FAKEGPU_PROFILE_DIR=" + filepath.Join(p.Root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")},
+			Seconds: 5, Dir: dir, Logger: klog.Background(),
+		}
+		if v := os.Getenv("ASAN_OPTIONS"); v != "" {
+			r.Env = append(r.Env, "ASAN_OPTIONS="+v)
+		}
+		outs, err := r.RunAll(context.Background(), Plan([]string{"graph"}, []string{"force", "default"}, []int{30}), tol, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		Report(&b, outs, true)
+		if len(outs) != 2 {
+			t.Fatalf("outcomes: %s", b.String())
+		}
+		missed, starved := false, true
+		for _, o := range outs {
+			if !o.OK {
+				missed, starved = true, starved && o.Starved
+			}
+		}
+		if !missed {
+			return
+		}
+		if !starved || attempt == attempts {
+			for _, o := range outs {
+				if !o.OK {
+					t.Errorf("%s out of bounds (attempt %d, starved of CPU: %v):\n%s", o.Case, attempt, o.Starved, b.String())
+				}
+			}
+			return
+		}
+		t.Logf("attempt %d: a bound missed in a run the machine starved of CPU; measuring again:\n%s", attempt, b.String())
 	}
-	if v := os.Getenv("ASAN_OPTIONS"); v != "" {
-		r.Env = append(r.Env, "ASAN_OPTIONS="+v)
-	}
-	tol := 0.03
-	if os.Getenv("CI") == "true" {
-		tol = 0.06
-	}
-	outs, err := r.RunAll(context.Background(), Plan([]string{"graph"}, []string{"force", "default"}, []int{30}), tol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	Report(&b, outs, true)
-	if len(outs) != 2 {
-		t.Fatalf("outcomes: %s", b.String())
-	}
-	for _, o := range outs {
-		if !o.OK {
-			t.Errorf("%s out of bounds:\n%s", o.Case, b.String())
+}
+
+// A run is starved when a window after the unjudged ones waited for a CPU at least the tolerance.
+func TestStarved(t *testing.T) {
+	for _, tc := range []struct {
+		waits []float64
+		want  bool
+	}{
+		{nil, false},
+		{[]float64{0.9, 0.9}, false},              // only the unjudged windows
+		{[]float64{0.9, 0.9, 0.01, 0.029}, false}, // under the tolerance
+		{[]float64{0, 0, 0.01, 0.03}, true},       // the tolerance's worth
+		{[]float64{0, 0, 0.2, 0, 0, 0, 0}, true},
+	} {
+		if got := Starved(tc.waits, 0.03); got != tc.want {
+			t.Errorf("Starved(%v, 0.03) = %v, want %v", tc.waits, got, tc.want)
 		}
 	}
 }

@@ -121,6 +121,7 @@ type Outcome struct {
 	Long      []float64 // achieved/unlimited per 10 s window after 2 s
 	Lo, Hi    float64
 	OK        bool
+	Starved   bool // the run or its unlimited run was starved of CPU (Starved): a miss to measure again
 }
 
 // Judge compares a run with its workload's unlimited steady figure.
@@ -128,6 +129,7 @@ func Judge(c Case, res ProbeResult, unlimited, tol float64) Outcome {
 	o := Outcome{Case: c, Unlimited: unlimited, Ratios: Ratios(res.Windows, unlimited)}
 	o.Long = Long(o.Ratios)
 	o.Lo, o.Hi = c.Expect(tol)
+	o.Starved = Starved(res.Waits, tol)
 	o.OK = len(o.Long) > 0
 	for _, v := range o.Long {
 		if v < o.Lo || v > o.Hi {
@@ -194,6 +196,7 @@ func Plan(workloads, policies []string, limits []int) []Case {
 // RunAll runs the plan and judges every limited case against its workload's unlimited run.
 func (r *Runner) RunAll(ctx context.Context, plan []Case, tol float64, progress io.Writer) ([]Outcome, error) {
 	unlimited := map[string]float64{}
+	starved := map[string]bool{} // the unlimited run of the workload was starved of CPU
 	var outs []Outcome
 	for _, c := range plan {
 		t0 := time.Now()
@@ -206,13 +209,16 @@ func (r *Runner) RunAll(ctx context.Context, plan []Case, tol float64, progress 
 		}
 		if c.Policy == "" {
 			unlimited[c.Workload] = Steady(res.Windows)
+			starved[c.Workload] = Starved(res.Waits, tol)
 			continue
 		}
 		u, ok := unlimited[c.Workload]
 		if !ok || u <= 0 {
 			return outs, fmt.Errorf("bench %s: no unlimited run of %s before it", c, c.Workload)
 		}
-		outs = append(outs, Judge(c, res, u, tol))
+		o := Judge(c, res, u, tol)
+		o.Starved = o.Starved || starved[c.Workload]
+		outs = append(outs, o)
 	}
 	return outs, nil
 }

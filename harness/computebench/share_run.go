@@ -240,28 +240,7 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	t0 := time.Now()
 	wg.Add(1)
 	go func() { defer wg.Done(); smp.run(sctx, tick) }()
-	starts := make([]uint64, len(sc.Containers))
-	var procs []*proc
-	var startErr error
-	for _, i := range sc.sortedByStart() {
-		c := sc.Containers[i]
-		if d := time.Until(t0.Add(c.Start)); d > 0 {
-			time.Sleep(d)
-		}
-		if _, err := smp.mark(); err != nil {
-			startErr = err
-			break
-		}
-		// Its windows are whole seconds of the scenario from its offset; the process starts a few
-		// ms later, which only the first (unjudged) window sees.
-		starts[i] = t0snap.NowNS + uint64(c.Start)
-		ps, err := r.start(ctx, c, gpu, node, sc.Seconds-c.Start.Seconds())
-		procs = append(procs, ps...)
-		if err != nil {
-			startErr = err
-			break
-		}
-	}
+	starts, procs, startErr := r.startAll(ctx, sc, smp, t0, t0snap.NowNS, gpu, node)
 	errs := []error{startErr}
 	for _, p := range procs {
 		if startErr != nil {
@@ -276,6 +255,32 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
 	return judgeShared(sc, tol, smp.snaps, t0snap.NowNS, starts, unthrottled)
+}
+
+// startAll starts the scenario's containers at their offsets from t0 (t0ns on fakegpu's clock),
+// marking the work records before each; their windows' starts, the processes started, and the
+// error that stopped the starting.
+func (r *SharedRunner) startAll(ctx context.Context, sc Scenario, smp *sampler, t0 time.Time, t0ns uint64, gpu []string, node string) ([]uint64, []*proc, error) {
+	starts := make([]uint64, len(sc.Containers))
+	var procs []*proc
+	for _, i := range sc.sortedByStart() {
+		c := sc.Containers[i]
+		if d := time.Until(t0.Add(c.Start)); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := smp.mark(); err != nil {
+			return starts, procs, err
+		}
+		// Its windows are whole seconds of the scenario from its offset; the process starts a few
+		// ms later, which only the first (unjudged) window sees.
+		starts[i] = t0ns + uint64(c.Start)
+		ps, err := r.start(ctx, c, gpu, node, sc.Seconds-c.Start.Seconds())
+		procs = append(procs, ps...)
+		if err != nil {
+			return starts, procs, err
+		}
+	}
+	return starts, procs, nil
 }
 
 func usesDefault(sc Scenario) bool {

@@ -22,7 +22,22 @@ type ProbeResult struct {
 	SyncError    int       `json:"sync_error"`
 	BusyFraction float64   `json:"busy_fraction"`
 	Windows      []float64 `json:"windows"`
+	ElapsedS     float64   `json:"elapsed_s"` // the run and the wait for its queued work
+	Waits        []float64 `json:"waits"`     // per window: the time its threads waited for a CPU, over the window's
 	Error        string    `json:"error"`
+}
+
+// Starved reports whether the machine kept a probe waiting for a CPU, in some window after
+// SkipWindows, for at least tol of the window: long enough to move that window's figure by the
+// tolerance without the limit doing anything. A bound missed in such a run says nothing about
+// the limit, and the tests measure it again; one missed in a run not starved fails.
+func Starved(waits []float64, tol float64) bool {
+	for i, w := range waits {
+		if i >= SkipWindows && w >= tol {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseProbe decodes launchprobe's output (its one JSON line).

@@ -3,14 +3,13 @@ package drivertruth
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/gpu/fakenvml"
 )
@@ -19,9 +18,7 @@ import (
 // containers, the monitor reads fakegpu's NVML and /proc, and the honest processes, the bypass
 // (glibc's own dlsym) and the verdict come out as on a GPU; with kill, the bypass alone dies.
 func TestDriverTruthFakegpu(t *testing.T) {
-	if os.Geteuid() != 0 {
-		sandboxtest.SkipUnlessCI(t, "needs root: it makes two cgroups and moves its processes into them")
-	}
+	tier.Require(t, tier.Root.For("two cgroups it moves its processes into"))
 	lib, _ := fakenvml.Setup(t, "a16-16q")
 	p := cbuild.Build(t)
 	for _, kill := range []bool{false, true} {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/kindcluster"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	"github.com/limitbed/limitbed/plugin/doctor"
 )
@@ -123,7 +123,7 @@ func TestKindDoctor(t *testing.T) {
 			t.Fatal(err)
 		}
 		if c, _ := rep.Check("exec-view"); c.Verdict == doctor.Warn && strings.Contains(c.Detail, "neither gpuinfo nor nvidia-smi") {
-			if os.Getenv("CI") == "true" {
+			if tier.CI() {
 				t.Errorf("the workload image has no nvidia-smi (CI builds it with Debian's package): %s", c.Detail)
 			}
 			t.Logf("the doctor's nvidia-smi views not checked: %s", c.Detail)

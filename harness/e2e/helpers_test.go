@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
@@ -206,7 +206,7 @@ func smiTotal(t *testing.T, method string, r launch.Result) (int, bool) {
 		}
 		return int(totals[0]), true
 	}
-	if os.Getenv("CI") == "true" {
+	if tier.CI() {
 		t.Errorf("%s: the workload image has no %s (CI builds it with Debian's package)", method, nvsmi.ContainerPath)
 	}
 	return 0, false

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/harness/memjudge"
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // config: the pod of every judge test. Login sessions need root (a private mount namespace);
@@ -25,7 +25,7 @@ func config(t *testing.T) memjudge.Config {
 	p := cbuild.Build(t)
 	login := os.Geteuid() == 0
 	if !login {
-		sandboxtest.SkipUnlessCI(t, "memjudge: login sessions need root (unshare -m); run as root for the whole judge")
+		tier.Require(t, tier.Root.For("the judge's login sessions (unshare -m)"))
 	}
 	return memjudge.Config{
 		Paths:  memjudge.Paths{Root: p.Root, Lib: p.Lib, Bin: p.Bin},

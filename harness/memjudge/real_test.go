@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // TestRealScriptOnFakegpu runs the GPU check's judge (real.sh, nvidia-smi's per-process figures as
@@ -21,7 +21,7 @@ func TestRealScriptOnFakegpu(t *testing.T) {
 	if os.Geteuid() == 0 {
 		modes = append(modes, "login")
 	} else {
-		sandboxtest.SkipUnlessCI(t, "real.sh login: needs root (unshare -m)")
+		tier.Require(t, tier.Root.For("real.sh's login session (unshare -m)"))
 	}
 	profile, err := os.ReadFile(filepath.Join(p.Root, "fakegpu", "profiles", "2x-a16-16q.profile"))
 	if err != nil {

@@ -7,11 +7,9 @@ package script
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sync"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/docker"
 	"github.com/limitbed/limitbed/harness/tiers"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 type stateKey struct{}
@@ -118,23 +117,18 @@ func (st *state) close() {
 func condition(cond string) (bool, error) {
 	switch cond {
 	case "root":
-		return os.Geteuid() == 0, nil
+		return provided(cond, tier.Root, tier.Root.Probe() == nil)
 	case "docker":
-		if !dockerAvailable() && os.Getenv("CI") == "true" {
-			return false, errors.New("[docker]: no Docker engine answers, and CI=true provides one: failing instead of skipping")
-		}
-		return dockerAvailable(), nil
+		return provided(cond, tier.Docker, dockerAvailable())
 	case "backend":
-		// Some sandbox backend can start containers: docker, or host when root.
-		if !dockerAvailable() && os.Getenv("CI") == "true" {
-			return false, errors.New("[backend]: no Docker engine answers, and CI=true provides one: failing instead of skipping")
-		}
-		return dockerAvailable() || hostAvailable(), nil
+		// Some sandbox backend can start containers: docker, or host when root. CI provides
+		// Docker, so there the backend must be Docker.
+		return provided(cond, tier.Docker, dockerAvailable() || (!tier.CI() && hostAvailable()))
 	case "kind":
 		// The kind tier can run here: a Docker engine and a node image, present or buildable.
-		return kindAvailable(), nil
+		return provided(cond, tier.Kind, kindAvailable())
 	case "gpu":
-		return exec.Command("nvidia-smi", "-L").Run() == nil, nil
+		return provided(cond, tier.GPU, tier.GPU.Probe() == nil) // CI has none: a skip there too
 	case "backend:docker", "backend:host":
 		b := os.Getenv(node.BackendEnv)
 		if b == "" {
@@ -146,6 +140,15 @@ func condition(cond string) (bool, error) {
 		return "backend:"+b == cond, nil
 	}
 	return false, fmt.Errorf("unknown condition %q (known: root, docker, backend, kind, gpu, backend:docker, backend:host)", cond)
+}
+
+// provided is a condition on a tier: its answer, or under CI=true, for a tier CI provides, an
+// error in place of the false that would make the script skip.
+func provided(cond string, t tier.Tier, ok bool) (bool, error) {
+	if !ok && tier.CI() && t.CIProvides() {
+		return false, fmt.Errorf("[%s]: %s: failing instead of skipping (CI=true: CI provides this)", cond, tier.Message(t, "not here"))
+	}
+	return ok, nil
 }
 
 var (

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/region"
 )
@@ -23,9 +23,7 @@ import (
 // a region's size is ever opened. inotify sees every open of the node's inode
 // (an O_PATH descriptor, safefile's check, opens nothing and reports nothing).
 func TestFeedbackNeverOpensTenantNodes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		sandboxtest.SkipUnlessCI(t, "needs root: mknod of a character device, as root in a container may")
-	}
+	tier.Require(t, tier.Root.For("mknod of a character device, as root in a container may"))
 	dir := t.TempDir()
 	ids := staticIdentity{}
 	for _, n := range []string{"pdev", "pfifo", "plink", "pgood"} {

@@ -95,90 +95,123 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 			return runGateBench(ctx, env, args[1:])
 		case "pod":
 			return runPodFiles(env, args[1:])
+		case "compute":
+			return runComputeBench(ctx, env, args[1:])
 		}
 	}
-	if len(args) == 0 || args[0] != "compute" {
-		return &exitError{2, fmt.Errorf("usage: limitbed bench compute|drivertruth|gate|pod [flags] (run with -h for the flags)")}
+	return &exitError{2, fmt.Errorf("usage: limitbed bench compute|drivertruth|gate|pod [flags] (run with -h for the flags)")}
+}
+
+// computeFlags are `limitbed bench compute`'s flags: the single-container runs' and the
+// shared-GPU runs' (sharedFlags takes those).
+type computeFlags struct {
+	root, build, limits, workloads, policies, scenario, profile, schedBin string
+	real, perWindow, asJSON, scheduler                                    bool
+	seconds                                                               int
+	tol                                                                   float64
+	specs, extraEnv                                                       stringList
+	set                                                                   map[string]bool // the flags given
+}
+
+func runComputeBench(ctx context.Context, env *cliEnv, args []string) error {
+	f, err := parseComputeFlags(env, args)
+	if err != nil {
+		return err
 	}
-	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	root := fs.String("root", "", "repository root (default: found from the working directory)")
-	build := fs.String("build", "", "C build directory holding lib/libvgpu.so and bin/hamicore-launchprobe (default: ROOT/build)")
-	real := fs.Bool("real", false, "run on this machine's GPU and driver instead of fakegpu")
-	seconds := fs.Int("seconds", 12, "length of each run (the first 2 s are not judged; 12 gives one 10 s window)")
-	limits := fs.String("limits", "30,60", "comma-separated CUDA_DEVICE_SM_LIMIT values for force (disable and default use the first)")
-	workloads := fs.String("workloads", strings.Join(computebench.Workloads, ","), "comma-separated workloads: uniform, mix, graph")
-	policies := fs.String("policies", "force,disable,default", "comma-separated policies")
-	tol := fs.Float64("tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
-	perWindow := fs.Bool("windows", false, "also print every 1 s ratio")
-	var specs stringList
-	fs.Var(&specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
-		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
-	scenario := fs.String("scenario", "", "a named shared-GPU scenario (list: --scenario list)")
-	profile := fs.String("profile", "", "fakegpu profile of a shared-GPU run (default a16-16q; 8x-h100-80g has eight GPUs)")
-	asJSON := fs.Bool("json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
-	var extraEnv stringList
-	fs.Var(&extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
-	scheduler := fs.Bool("scheduler", false, "shared-GPU runs: as on a node with vgpu-scheduler (root: each container in a private mount namespace with its grant file)")
-	schedBin := fs.String("scheduler-binary", "", "with --scheduler: run this vgpu-scheduler as a process and print its CPU time (default BUILD/bin/vgpu-scheduler if it exists, else the scheduler runs in this process)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if len(f.specs) > 0 || f.scenario != "" {
+		return runShared(ctx, env, sharedFlags{specs: f.specs, scenario: f.scenario, profile: f.profile, root: f.root, build: f.build,
+			real: f.real, seconds: f.seconds, secondsSet: f.set["seconds"], tol: f.tol, json: f.asJSON, perWindow: f.perWindow, env: f.extraEnv,
+			scheduler: f.scheduler, schedBin: f.schedBin})
+	}
+	plan, err := f.plan()
+	if err != nil {
 		return &exitError{2, err}
 	}
+	return runCompute(ctx, env, f, plan)
+}
+
+func parseComputeFlags(env *cliEnv, args []string) (*computeFlags, error) {
+	f := &computeFlags{set: map[string]bool{}}
+	fs := flag.NewFlagSet("bench compute", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.StringVar(&f.root, "root", "", "repository root (default: found from the working directory)")
+	fs.StringVar(&f.build, "build", "", "C build directory holding lib/libvgpu.so and bin/hamicore-launchprobe (default: ROOT/build)")
+	fs.BoolVar(&f.real, "real", false, "run on this machine's GPU and driver instead of fakegpu")
+	fs.IntVar(&f.seconds, "seconds", 12, "length of each run (the first 2 s are not judged; 12 gives one 10 s window)")
+	fs.StringVar(&f.limits, "limits", "30,60", "comma-separated CUDA_DEVICE_SM_LIMIT values for force (disable and default use the first)")
+	fs.StringVar(&f.workloads, "workloads", strings.Join(computebench.Workloads, ","), "comma-separated workloads: uniform, mix, graph")
+	fs.StringVar(&f.policies, "policies", "force,disable,default", "comma-separated policies")
+	fs.Float64Var(&f.tol, "tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
+	fs.BoolVar(&f.perWindow, "windows", false, "also print every 1 s ratio")
+	fs.Var(&f.specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
+		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
+	fs.StringVar(&f.scenario, "scenario", "", "a named shared-GPU scenario (list: --scenario list)")
+	fs.StringVar(&f.profile, "profile", "", "fakegpu profile of a shared-GPU run (default a16-16q; 8x-h100-80g has eight GPUs)")
+	fs.BoolVar(&f.asJSON, "json", false, "shared-GPU runs: print the result as JSON (machine-readable) instead of the table")
+	fs.Var(&f.extraEnv, "env", "shared-GPU runs: KEY=VALUE for every process (repeat), e.g. FAKEGPU_NVML_SAMPLES=periodic")
+	fs.BoolVar(&f.scheduler, "scheduler", false, "shared-GPU runs: as on a node with vgpu-scheduler (root: each container in a private mount namespace with its grant file)")
+	fs.StringVar(&f.schedBin, "scheduler-binary", "", "with --scheduler: run this vgpu-scheduler as a process and print its CPU time (default BUILD/bin/vgpu-scheduler if it exists, else the scheduler runs in this process)")
+	if err := fs.Parse(args); err != nil {
+		return nil, &exitError{2, err}
+	}
 	if fs.NArg() > 0 {
-		return &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return nil, &exitError{2, fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	if len(specs) > 0 || *scenario != "" {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		return runShared(ctx, env, sharedFlags{specs: specs, scenario: *scenario, profile: *profile, root: *root, build: *build,
-			real: *real, seconds: *seconds, secondsSet: set["seconds"], tol: *tol, json: *asJSON, perWindow: *perWindow, env: extraEnv,
-			scheduler: *scheduler, schedBin: *schedBin})
-	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return f, nil
+}
+
+// plan checks --limits, --workloads, --policies and --seconds and makes the runs of them.
+func (f *computeFlags) plan() ([]computebench.Case, error) {
 	var ls []int
-	for _, f := range strings.Split(*limits, ",") {
-		l, err := strconv.Atoi(strings.TrimSpace(f))
+	for _, v := range strings.Split(f.limits, ",") {
+		l, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || l < 1 || l > 99 {
-			return &exitError{2, fmt.Errorf("--limits %q: %q is not a percent 1..99", *limits, f)}
+			return nil, fmt.Errorf("--limits %q: %q is not a percent 1..99", f.limits, v)
 		}
 		ls = append(ls, l)
 	}
-	ws := strings.Split(*workloads, ",")
+	ws := strings.Split(f.workloads, ",")
 	for _, w := range ws {
 		if !contains(computebench.Workloads, w) {
-			return &exitError{2, fmt.Errorf("--workloads: unknown workload %q (known: %v)", w, computebench.Workloads)}
+			return nil, fmt.Errorf("--workloads: unknown workload %q (known: %v)", w, computebench.Workloads)
 		}
 	}
-	ps := strings.Split(*policies, ",")
+	ps := strings.Split(f.policies, ",")
 	for _, p := range ps {
 		if !contains([]string{"force", "disable", "default"}, p) {
-			return &exitError{2, fmt.Errorf("--policies: unknown policy %q (known: force, disable, default)", p)}
+			return nil, fmt.Errorf("--policies: unknown policy %q (known: force, disable, default)", p)
 		}
 	}
-	if *seconds < 3 {
-		return &exitError{2, fmt.Errorf("--seconds %d: at least 3 (the first 2 s are not judged)", *seconds)}
+	if f.seconds < 3 {
+		return nil, fmt.Errorf("--seconds %d: at least 3 (the first 2 s are not judged)", f.seconds)
 	}
-	var err error
-	if *root, *build, err = buildPaths(*root, *build, "bin/hamicore-launchprobe", "lib/libvgpu.so"); err != nil {
+	return computebench.Plan(ws, ps, ls), nil
+}
+
+// runCompute runs the plan, one container at a time, on fakegpu or (--real) this machine's GPU.
+func runCompute(ctx context.Context, env *cliEnv, f *computeFlags, plan []computebench.Case) error {
+	root, build, err := buildPaths(f.root, f.build, "bin/hamicore-launchprobe", "lib/libvgpu.so")
+	if err != nil {
 		return err
 	}
-	probe, lib := filepath.Join(*build, "bin", "hamicore-launchprobe"), filepath.Join(*build, "lib", "libvgpu.so")
+	probe, lib := filepath.Join(build, "bin", "hamicore-launchprobe"), filepath.Join(build, "lib", "libvgpu.so")
 	dir, err := os.MkdirTemp("", "limitbed-bench-")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	r := &computebench.Runner{Probe: probe, Preload: lib, Seconds: *seconds, Dir: dir, Logger: klog.Background().V(4)}
+	r := &computebench.Runner{Probe: probe, Preload: lib, Seconds: f.seconds, Dir: dir, Logger: klog.Background().V(4)}
 	where := "a real GPU"
-	if !*real {
+	if !f.real {
 		where = "fakegpu"
-		r.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(*build, "lib"), "FAKEGPU_PROFILE=a16-16q",
-			"FAKEGPU_PROFILE_DIR=" + filepath.Join(*root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")}
+		r.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(build, "lib"), "FAKEGPU_PROFILE=a16-16q",
+			"FAKEGPU_PROFILE_DIR=" + filepath.Join(root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")}
 	}
-	plan := computebench.Plan(ws, ps, ls)
 	fmt.Fprintf(env.stdout, "compute limit on %s: %d runs of %d s; achieved/unlimited, judged after the first %d s\n",
-		where, len(plan), *seconds, computebench.SkipWindows)
-	outs, err := r.RunAll(ctx, plan, *tol, env.stderr)
-	computebench.Report(env.stdout, outs, *perWindow)
+		where, len(plan), f.seconds, computebench.SkipWindows)
+	outs, err := r.RunAll(ctx, plan, f.tol, env.stderr)
+	computebench.Report(env.stdout, outs, f.perWindow)
 	if err != nil {
 		return fmt.Errorf("bench compute: %w", err)
 	}

@@ -45,39 +45,9 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 		fmt.Fprintln(env.stdout, computebench.ScenarioNames())
 		return nil
 	}
-	var sc computebench.Scenario
-	switch {
-	case f.scenario != "" && len(f.specs) > 0:
-		return &exitError{2, fmt.Errorf("--scenario and --container together: give one")}
-	case f.scenario != "":
-		s, ok := computebench.Scenarios()[f.scenario]
-		if !ok {
-			return &exitError{2, fmt.Errorf("--scenario %q: unknown (known: %s)", f.scenario, computebench.ScenarioNames())}
-		}
-		sc = s
-	default:
-		sc = computebench.Scenario{Name: "command line", Seconds: computebench.ScenarioSeconds}
-		for i, spec := range f.specs {
-			c, err := computebench.ParseContainer(spec, i)
-			if err != nil {
-				return &exitError{2, fmt.Errorf("--container: %w", err)}
-			}
-			sc.Containers = append(sc.Containers, c)
-		}
-	}
-	if f.secondsSet {
-		sc.Seconds = float64(f.seconds)
-	}
-	if f.profile != "" {
-		sc.Profile = f.profile
-	}
-	if err := sc.Check(0); err != nil {
+	sc, err := sharedScenario(f)
+	if err != nil {
 		return &exitError{2, err}
-	}
-	for _, kv := range f.env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return &exitError{2, fmt.Errorf("--env %q: want KEY=VALUE", kv)}
-		}
 	}
 	root, build, err := buildPaths(f.root, f.build, "bin/hamicore-launchprobe", "bin/gpuwork", "lib/libvgpu.so")
 	if err != nil {
@@ -95,16 +65,9 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 	}
 	var sched *computebench.Scheduled
 	if f.scheduler {
-		if os.Geteuid() != 0 {
-			return &exitError{2, fmt.Errorf("--scheduler needs root (each container runs in a private mount namespace with its grant file)")}
+		if sched, err = sharedScheduler(f, root, build); err != nil {
+			return err
 		}
-		bin := f.schedBin
-		if bin == "" {
-			if p := filepath.Join(build, "bin", "vgpu-scheduler"); fileExists(p) {
-				bin = p
-			}
-		}
-		sched = &computebench.Scheduled{Privatens: filepath.Join(root, "hamicore", "test", "privatens"), Binary: bin, Logger: klog.Background().V(2)}
 		r.Prepare = sched.Prepare
 	}
 	if !f.json {
@@ -119,6 +82,66 @@ func runShared(ctx context.Context, env *cliEnv, f sharedFlags) error {
 	if err != nil {
 		return fmt.Errorf("bench compute: %w", err)
 	}
+	return reportShared(env, f, sc, sched, res)
+}
+
+// sharedScenario is the run --scenario names or the --container flags describe, with --seconds
+// and --profile applied and checked, and the --env flags checked.
+func sharedScenario(f sharedFlags) (computebench.Scenario, error) {
+	var sc computebench.Scenario
+	switch {
+	case f.scenario != "" && len(f.specs) > 0:
+		return sc, fmt.Errorf("--scenario and --container together: give one")
+	case f.scenario != "":
+		s, ok := computebench.Scenarios()[f.scenario]
+		if !ok {
+			return sc, fmt.Errorf("--scenario %q: unknown (known: %s)", f.scenario, computebench.ScenarioNames())
+		}
+		sc = s
+	default:
+		sc = computebench.Scenario{Name: "command line", Seconds: computebench.ScenarioSeconds}
+		for i, spec := range f.specs {
+			c, err := computebench.ParseContainer(spec, i)
+			if err != nil {
+				return sc, fmt.Errorf("--container: %w", err)
+			}
+			sc.Containers = append(sc.Containers, c)
+		}
+	}
+	if f.secondsSet {
+		sc.Seconds = float64(f.seconds)
+	}
+	if f.profile != "" {
+		sc.Profile = f.profile
+	}
+	if err := sc.Check(0); err != nil {
+		return sc, err
+	}
+	for _, kv := range f.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return sc, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+	}
+	return sc, nil
+}
+
+// sharedScheduler is --scheduler's node scheduler: the --scheduler-binary, else the build's
+// vgpu-scheduler when there is one, else the scheduler in this process.
+func sharedScheduler(f sharedFlags, root, build string) (*computebench.Scheduled, error) {
+	if os.Geteuid() != 0 {
+		return nil, &exitError{2, fmt.Errorf("--scheduler needs root (each container runs in a private mount namespace with its grant file)")}
+	}
+	bin := f.schedBin
+	if bin == "" {
+		if p := filepath.Join(build, "bin", "vgpu-scheduler"); fileExists(p) {
+			bin = p
+		}
+	}
+	return &computebench.Scheduled{Privatens: filepath.Join(root, "hamicore", "test", "privatens"), Binary: bin, Logger: klog.Background().V(2)}, nil
+}
+
+// reportShared prints the result (the table, or --json) and exits 1 when a container is out of its bounds.
+func reportShared(env *cliEnv, f sharedFlags, sc computebench.Scenario, sched *computebench.Scheduled, res *computebench.Result) error {
 	if sched != nil && sched.Binary != "" && !f.json {
 		// The scheduler ran from the first container's start to the end (the baselines ran before).
 		fmt.Fprintf(env.stdout, "vgpu-scheduler: %v of CPU over the %.0f s run: %.1f ms per second\n",

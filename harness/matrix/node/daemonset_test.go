@@ -16,6 +16,7 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/annotations"
 )
 
@@ -209,7 +210,7 @@ func TestDaemonSetHostPath(t *testing.T) {
 func TestHAMiDeviceConfigMatchesChart(t *testing.T) {
 	fixture, err := os.ReadFile(filepath.Join(cbuild.RepoRoot(), "..", "shared", "fixtures", "hami", "device-config.yaml"))
 	if err != nil {
-		sandboxtest.SkipUnlessCI(t, "HAMi fixture: "+err.Error())
+		tier.Unavailable(t, tier.Fixtures, err.Error())
 	}
 	var want map[string]any
 	if err := yaml.Unmarshal(fixture, &want); err != nil {

@@ -182,18 +182,7 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 		return fmt.Errorf("node: plugin %s: %w", ext.Path, err)
 	}
 	cfgDir := filepath.Join(n.cfg.Dir, "config")
-	for _, d := range []string{cfgDir, filepath.Join(n.cfg.Dir, "tmp", "hami"), filepath.Join(n.cfg.Dir, "vgpulock")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("node: %w", err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(n.cfg.Dir, "tmp"), 0o1777); err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	if err := n.api.WriteKubeconfig(filepath.Join(cfgDir, "kubeconfig")); err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	if _, _, err := n.writeConfigs(cfgDir); err != nil {
+	if err := n.prepareExternal(cfgDir); err != nil {
 		return err
 	}
 	ds, err := startDaemonSet(ctx, n.cfg.Logger, "plugin-"+filepath.Base(n.cfg.Dir), n.daemonSetMounts(dpDir, cfgDir))
@@ -205,6 +194,35 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 	if err != nil {
 		return err
 	}
+	args, env, err := n.externalCommand(bin, ext)
+	if err != nil {
+		return err
+	}
+	return n.spawnExternal(ctx, spawner, ext, args, env)
+}
+
+// prepareExternal lays out what the DaemonSet mounts: the config directory with the kubeconfig
+// and HAMi's two ConfigMaps, /tmp (sticky, as a node's) and the lock directory.
+func (n *Node) prepareExternal(cfgDir string) error {
+	for _, d := range []string{cfgDir, filepath.Join(n.cfg.Dir, "tmp", "hami"), filepath.Join(n.cfg.Dir, "vgpulock")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(n.cfg.Dir, "tmp"), 0o1777); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := n.api.WriteKubeconfig(filepath.Join(cfgDir, "kubeconfig")); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	_, _, err := n.writeConfigs(cfgDir)
+	return err
+}
+
+// externalCommand is the plugin's command line and environment: what the chart's DaemonSet
+// sets, limitbed's flags by their environment twins, fakegpu's own, then the plugin's own
+// arguments and variables with their placeholders expanded.
+func (n *Node) externalCommand(bin string, ext ExternalPlugin) ([]string, map[string]string, error) {
 	lib := n.cfg.Artifacts.Lib
 	kubeletSocket := path.Join(DaemonSetPluginDir, fakekubelet.SocketName)
 	vals := map[string]string{
@@ -221,7 +239,7 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 	for _, a := range ext.Args {
 		x, err := expand(a, vals)
 		if err != nil {
-			return fmt.Errorf("node: plugin argument %q: %w", a, err)
+			return nil, nil, fmt.Errorf("node: plugin argument %q: %w", a, err)
 		}
 		args = append(args, x)
 	}
@@ -239,14 +257,20 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 	for _, e := range ext.Env {
 		x, err := expand(e, vals)
 		if err != nil {
-			return fmt.Errorf("node: plugin environment %q: %w", e, err)
+			return nil, nil, fmt.Errorf("node: plugin environment %q: %w", e, err)
 		}
 		k, v, ok := strings.Cut(x, "=")
 		if !ok {
-			return fmt.Errorf("node: plugin environment %q: want KEY=VALUE", e)
+			return nil, nil, fmt.Errorf("node: plugin environment %q: want KEY=VALUE", e)
 		}
 		env[k] = v
 	}
+	return args, env, nil
+}
+
+// spawnExternal starts the plugin in the DaemonSet's namespace, its output to plugin.log, and
+// watches it: Close cancels it, an exit of its own is logged as an error.
+func (n *Node) spawnExternal(ctx context.Context, spawner sandbox.Spawner, ext ExternalPlugin, args []string, env map[string]string) error {
 	logPath := filepath.Join(n.cfg.Dir, "plugin.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -270,7 +294,7 @@ func (n *Node) startExternal(ctx context.Context, k *fakekubelet.Kubelet, dpDir 
 		return fmt.Errorf("node: start plugin %s: %w", ext.Path, err)
 	}
 	n.cfg.Logger.Info("external device plugin started", "pid", cmd.Process.Pid, "cmd", ext.Path, "args", args[1:],
-		"log", logPath, "mounts", ds.mountTable())
+		"log", logPath, "mounts", n.ds.mountTable())
 	n.cancel, n.done, n.exited = cancel, make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(n.done)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/docker"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // Logger returns a logger that writes to the test log (debug level with LIMITBED_DEBUG=1).
@@ -34,15 +35,6 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// SkipUnlessCI skips the test with reason, or fails it when CI=true.
-func SkipUnlessCI(tb testing.TB, reason string) {
-	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s (CI=true: CI provides this, so this is a failure, not a skip)", reason)
-	}
-	tb.Skip(reason)
-}
-
 // Docker returns the docker backend, with the workload image built.
 func Docker(tb testing.TB) sandbox.Backend {
 	tb.Helper()
@@ -50,7 +42,7 @@ func Docker(tb testing.TB) sandbox.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Available(ctx); err != nil {
-		SkipUnlessCI(tb, err.Error()+" (start one with scripts/docker-up.sh)")
+		tier.Unavailable(tb, tier.Docker, err.Error())
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -67,7 +59,7 @@ func Host(tb testing.TB) sandbox.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Available(ctx); err != nil {
-		SkipUnlessCI(tb, err.Error())
+		tier.Unavailable(tb, tier.HostBackend, err.Error())
 	}
 	return b
 }

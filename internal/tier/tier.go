@@ -1,0 +1,129 @@
+// Package tier is the one place a test says what it needs from the machine: root, a Docker engine,
+// the kind tier, a tool, a GPU. Where the need is not met the test skips with a message naming the
+// condition and how to provide it — except under CI=true for what CI provides (every tier but a
+// GPU), where the skip is a failure: a CI run must never pass by skipping the tier that proves
+// the design.
+package tier
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Tier is something a test needs from the machine.
+type Tier struct {
+	name    string       // what is needed, as the message says it
+	purpose string       // what the test needs it for ("" when the name says enough)
+	provide string       // how to provide it
+	ci      bool         // CI provides it: missing under CI=true is a failure
+	probe   func() error // nil: the caller probes and reports with Unavailable
+}
+
+// Root: the tests run as root (mount namespaces, mknod, cgroups). CI runs as root.
+var Root = Tier{name: "root", provide: "run the tests as root: sudo make test", ci: true, probe: func() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("running as uid %d", os.Geteuid())
+	}
+	return nil
+}}
+
+// Docker: a Docker engine answers. CI installs and starts one; callers probe it themselves through
+// their sandbox backend and report a failure with Unavailable.
+var Docker = Tier{name: "a Docker engine", provide: "start one with scripts/docker-up.sh", ci: true}
+
+// Backend: some sandbox backend can start containers (Docker, or the host backend as root).
+var Backend = Tier{name: "a container backend (Docker, or the host backend as root)",
+	provide: "start Docker with scripts/docker-up.sh, or run as root", ci: true}
+
+// HostBackend: the sandbox's host backend (private mount namespaces: root, unshare, nsenter,
+// chroot, mount, setpriv), probed by the backend itself. CI runs as root with util-linux.
+var HostBackend = Tier{name: "the host backend (root and private mount namespaces)",
+	provide: "run the tests as root with util-linux installed: sudo make test", ci: true}
+
+// Kind: the kind tier (make e2e: a Docker engine, the offline node image, a cluster). CI runs it.
+var Kind = Tier{name: "the kind tier (a Docker engine and the offline kind node image)",
+	provide: "make e2e sets it up (the node image alone: make node-image)", ci: true}
+
+// Fixtures: ../shared/fixtures beside the checkout (data captured from unmodified upstream
+// components), which CI's checkout has.
+var Fixtures = Tier{name: "../shared/fixtures", provide: "check out the shared directory beside the repository", ci: true}
+
+// NvidiaSMI: Debian's real nvidia-smi, extracted by scripts/nvidia-smi.sh (make test's dependencies).
+var NvidiaSMI = Tier{name: "Debian's nvidia-smi", provide: "scripts/nvidia-smi.sh (scripts/install-deps.sh runs it)", ci: true}
+
+// GPU: a real NVIDIA GPU and driver. CI has none, so this stays a skip everywhere.
+var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (scripts/gpu-check.sh)", probe: func() error {
+	return exec.Command("nvidia-smi", "-L").Run()
+}}
+
+// Tool: a command scripts/install-deps.sh installs (CI runs it before the tests).
+func Tool(name string) Tier {
+	return Tier{name: name + " installed", provide: "scripts/install-deps.sh installs it", ci: true, probe: func() error {
+		_, err := exec.LookPath(name)
+		return err
+	}}
+}
+
+// For returns t with the purpose the test needs it for, which its messages then name.
+func (t Tier) For(purpose string) Tier {
+	t.purpose = purpose
+	return t
+}
+
+// Name is what the tier needs, as its messages say it.
+func (t Tier) Name() string { return t.name }
+
+// CIProvides reports whether CI provides the tier, so that its absence fails under CI=true.
+func (t Tier) CIProvides() bool { return t.ci }
+
+// Probe checks the tier here: nil when present. A tier the caller probes itself (Docker, Backend,
+// Kind, Fixtures, NvidiaSMI) has no probe here and reports so.
+func (t Tier) Probe() error {
+	if t.probe == nil {
+		return fmt.Errorf("tier %s: no probe here (the caller probes it)", t.name)
+	}
+	return t.probe()
+}
+
+// CI reports whether this is a CI run (CI=true), where every tier CI provides must be present.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// Require probes every tier in turn and reports the first one missing with Unavailable. A tier
+// without a probe of its own (Docker, Backend, Fixtures, NvidiaSMI) cannot be required: the caller
+// probes and calls Unavailable, and Require fails the test to say so.
+func Require(tb testing.TB, tiers ...Tier) {
+	tb.Helper()
+	for _, t := range tiers {
+		if t.probe == nil {
+			tb.Fatalf("tier.Require(%s): this tier has no probe here; probe it and call tier.Unavailable", t.name)
+		}
+		if err := t.Probe(); err != nil {
+			Unavailable(tb, t, err.Error())
+		}
+	}
+}
+
+// Unavailable ends the test for want of t: a skip naming the condition, why it is missing and
+// how to provide it, or — under CI=true, for a tier CI provides — a failure with the same words.
+func Unavailable(tb testing.TB, t Tier, why string) {
+	tb.Helper()
+	msg := Message(t, why)
+	if CI() && t.ci {
+		tb.Fatalf("%s (CI=true: CI provides this, so this is a failure, not a skip)", msg)
+	}
+	tb.Skip(msg)
+}
+
+// Message is the line a missing tier reports: what is needed, why it is missing, the fix.
+func Message(t Tier, why string) string {
+	need := "needs " + t.name
+	if t.purpose != "" {
+		need += " for " + t.purpose
+	}
+	if why == "" {
+		return fmt.Sprintf("%s (%s)", need, t.provide)
+	}
+	return fmt.Sprintf("%s: %s (%s)", need, why, t.provide)
+}

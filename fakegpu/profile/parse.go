@@ -220,8 +220,8 @@ func parseU64(v string) (uint64, bool) {
 	return n, err == nil
 }
 
-// parseCC reads "MAJOR.MINOR", two whole numbers. fakegpu reads it with sscanf("%u.%u%c"),
-// which also takes signs and spaces inside; those are refused here, as no GPU writes them.
+// parseCC reads "MAJOR.MINOR", two whole numbers of decimal digits, each at most 32 bits, as
+// fakegpu's profile.c does (parse_cc): no sign, no space.
 func parseCC(v string) (uint32, uint32, bool) {
 	a, b, ok := strings.Cut(v, ".")
 	if !ok || !digits(a) || !digits(b) {

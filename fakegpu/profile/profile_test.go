@@ -42,6 +42,11 @@ var errorCases = []struct{ name, text, want string }{
 	{"gpu uuid where mig uuid belongs", head + dev0 + "mig = 0\nmig_uuid = GPU-00000000-0000-0000-0000-000000000000\n",
 		`is not a UUID (write MIG-`},
 	{"bad compute capability", head + "device = 0\ncompute_capability = 8\n", "is not MAJOR.MINOR"},
+	// sscanf's %u took a space, a sign or a minus (wrapping to a huge major): both readers refuse.
+	{"compute capability with a space", head + "device = 0\ncompute_capability = 8. 6\n", "is not MAJOR.MINOR"},
+	{"compute capability with a plus", head + "device = 0\ncompute_capability = 8.+6\n", "is not MAJOR.MINOR"},
+	{"negative compute capability", head + "device = 0\ncompute_capability = -8.6\n", "is not MAJOR.MINOR"},
+	{"compute capability over 32 bits", head + "device = 0\ncompute_capability = 4294967296.0\n", "is not MAJOR.MINOR"},
 	{"bad architecture", head + "device = 0\narchitecture = blackwelll\n", `architecture: unknown "blackwelll"`},
 	{"bad mig mode", head + "device = 0\nmig_mode = on\n", `mig_mode: "on" must be enabled or disabled`},
 	{"mig blocks with mig disabled", head + dev0 + "mig_mode = disabled\n" + mig0, "has mig blocks but mig_mode = disabled"},

@@ -49,6 +49,28 @@ static const key keys[] = {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
+/* Decimal digits into a 32-bit value; the end of them in *end. sscanf's %u would also take a
+ * sign and leading spaces ("8. 6", "-8.6" wrapping to a huge major). */
+static int parse_digits(const char *p, const char **end, unsigned *out)
+{
+    unsigned long long x = 0;
+    const char *q = p;
+    for (; *q >= '0' && *q <= '9'; q++)
+        if ((x = x * 10 + (unsigned)(*q - '0')) > 0xffffffffULL)
+            return -1;
+    *end = q, *out = (unsigned)x;
+    return q == p ? -1 : 0;
+}
+
+/* MAJOR.MINOR, digits only. */
+static int parse_cc(const char *v, unsigned *maj, unsigned *min)
+{
+    const char *p;
+    if (parse_digits(v, &p, maj) != 0 || *p != '.' || parse_digits(p + 1, &p, min) != 0 || *p)
+        return -1;
+    return 0;
+}
+
 static const struct { const char *name; unsigned v; } archs[] = {
     {"kepler", NVML_DEVICE_ARCH_KEPLER}, {"maxwell", NVML_DEVICE_ARCH_MAXWELL}, {"pascal", NVML_DEVICE_ARCH_PASCAL},
     {"volta", NVML_DEVICE_ARCH_VOLTA},   {"turing", NVML_DEVICE_ARCH_TURING},   {"ampere", NVML_DEVICE_ARCH_AMPERE},
@@ -137,8 +159,7 @@ static int set_value(parser *ps, const key *k, char *base, const char *v) {
         return 0;
     case T_CC: {
         unsigned maj, min;
-        char extra;
-        if (sscanf(v, "%u.%u%c", &maj, &min, &extra) != 2)
+        if (parse_cc(v, &maj, &min) != 0)
             return fail(ps, ps->line, "%s: \"%s\" is not MAJOR.MINOR (write e.g. %s = 8.6)", k->name, v, k->name);
         ((fg_device *)base)->cc_major = maj;
         ((fg_device *)base)->cc_minor = min;

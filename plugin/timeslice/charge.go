@@ -25,7 +25,7 @@ func (g *GPU) account(dt time.Duration, den int, now time.Time) {
 	if n > 0 {
 		busy = dt
 	}
-	g.learnSpeed(now, dt, busy)
+	g.learnSpeed(now, busy)
 	w := g.work(dt) // what dt of the GPU's time is worth at its speed now
 	for _, o := range g.over {
 		g.charge(o, w/n)

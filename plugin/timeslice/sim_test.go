@@ -95,6 +95,17 @@ func (s *sim) add(key string, limit int, p Policy, prio int32, w workload) *simC
 	return c
 }
 
+// addForce adds a force container of priority 1 for each limit, c00, c01, …, the i-th starting at
+// starts[i] (nil: all at once), each running w.
+func (s *sim) addForce(limits []int, starts []time.Duration, w workload) {
+	for i, l := range limits {
+		if starts != nil {
+			w.start = starts[i]
+		}
+		s.add(fmt.Sprintf("c%02d", i), l, PolicyForce, 1, w)
+	}
+}
+
 // wants reports whether the application has a kernel to launch now.
 func (c *simCtr) wants(now time.Duration) bool {
 	if now < c.w.start || (c.w.stop > 0 && now >= c.w.stop) || c.thinking > 0 {
@@ -312,13 +323,7 @@ func TestSharesForce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newSim(t, DefaultConfig())
-			for i, l := range tc.limits {
-				w := tc.w
-				if tc.starts != nil {
-					w.start = tc.starts[i]
-				}
-				s.add(fmt.Sprintf("c%02d", i), l, PolicyForce, 1, w)
-			}
+			s.addForce(tc.limits, tc.starts, tc.w)
 			s.run(15 * time.Second)
 			for _, c := range s.ctrs {
 				within(t, c.id.Key, c.windows(), float64(c.id.Limit)/100, simTol)
@@ -359,13 +364,7 @@ func TestSharesHoldWorkOnAPowerCappedGPU(t *testing.T) {
 			}
 			s := newSim(t, cfg)
 			s.boost = 1.25
-			for i, l := range tc.limits {
-				w := ms
-				if tc.starts != nil {
-					w.start = tc.starts[i]
-				}
-				s.add(fmt.Sprintf("c%02d", i), l, PolicyForce, 1, w)
-			}
+			s.addForce(tc.limits, tc.starts, ms)
 			s.run(18 * time.Second)
 			for _, c := range s.ctrs {
 				want := float64(c.id.Limit) / 100

@@ -87,8 +87,8 @@ func (g *GPU) calibrating(now time.Time) bool {
 }
 
 // learnSpeed closes the learning window when it is over: a full-load window's mean clock is the
-// clock at full load. busy is how long a slice or a drain ran over the last dt.
-func (g *GPU) learnSpeed(now time.Time, dt, busy time.Duration) {
+// clock at full load. busy is how long a slice or a drain ran since the last step.
+func (g *GPU) learnSpeed(now time.Time, busy time.Duration) {
 	m := &g.speed
 	if m.winFrom.IsZero() {
 		m.winFrom = now

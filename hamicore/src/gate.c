@@ -181,8 +181,10 @@ static void poll_markers(struct slow *sl, int64_t now)
         lb_guard_enter();
         CUresult r = query((CUevent)sl->mk.ring[sl->mk.head].ev);
         lb_guard_leave();
-        if (r == CUDA_ERROR_NOT_READY)
+        if (r == CUDA_ERROR_NOT_READY) {
+            lb_mk_pending(&sl->mk, now);
             break;
+        }
         lb_mk_done(&sl->mk, now); /* an error (its context is gone) counts as done */
     }
 }
@@ -385,6 +387,7 @@ static void drain(int d, struct slow *sl)
         sl->joined = 0;
     while (sl->mk.count)
         lb_mk_done(&sl->mk, now); /* everything before the synchronisation has run */
+    sl->issued = 0; /* so the next slice's first marker covers its own launch only, not these */
 }
 
 /* One step of a held device (lock held). */

@@ -31,6 +31,7 @@ struct lb_markers {
     double per_launch;       /* GPU ns a launch takes, smoothed; 0 until measured */
     int64_t last_done;       /* when the last marker was seen complete */
     uint32_t batch;          /* launches per marker now (lb_mk_room sizes it) */
+    int grown;               /* the batch grew since the last measurement */
 };
 
 void lb_mk_reset(struct lb_markers *m);
@@ -41,6 +42,9 @@ int64_t lb_mk_bound(uint32_t budget_us, int64_t elapsed_ns);
 int lb_mk_room(struct lb_markers *m, int64_t bound);
 /* The oldest marker was seen complete at now: learn from it, free its event. */
 void lb_mk_done(struct lb_markers *m, int64_t now);
+/* The oldest marker was seen not yet complete at now: what it covers has taken at least that
+ * long, which bounds the cost of a launch from below at once (markers.c). */
+void lb_mk_pending(struct lb_markers *m, int64_t now);
 /* A marker was recorded after n launches since the last one. */
 void lb_mk_push(struct lb_markers *m, void *ev, int64_t now, uint32_t n);
 /* The event to record the next marker with (a spare), or NULL: the caller makes one. */

@@ -30,14 +30,24 @@ static void test_markers_first_batch_alone(void)
     CHECK(!lb_mk_room(&m, 1000 * MS));
 }
 
+/* n completions of one launch each, 10 µs apart: the cost is 10 µs, and the batch may double
+ * after each. */
+static void measure_10us(struct lb_markers *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int64_t t = m->last_done;
+        void *ev = lb_mk_spare(m); /* as the gate does: the completed marker's event again */
+        lb_mk_push(m, ev ? ev : (void *)1, t, 1);
+        lb_mk_done(m, t + 10000);
+        CHECK(lb_mk_room(m, 40 * MS));
+    }
+}
+
 static void test_markers_size_batches_to_the_bound(void)
 {
     struct lb_markers m;
     lb_mk_reset(&m);
-    lb_mk_push(&m, (void *)1, 0, 1);
-    lb_mk_done(&m, 10000); /* one launch ran 10 µs */
-    for (int i = 0; i < 12; i++) /* batches double up to ... */
-        CHECK(lb_mk_room(&m, 40 * MS));
+    measure_10us(&m, 12); /* batches double up to ... */
     CHECK_U64(m.batch, 10 * MS / 10000); /* ... a quarter of the bound */
     CHECK(lb_mk_room(&m, 2 * MS));
     CHECK_U64(m.batch, LB_MK_BATCH_NS / 10000); /* at least a millisecond */
@@ -48,31 +58,73 @@ static void test_markers_size_batches_to_the_bound(void)
     /* 100 launches per batch of 10 µs each: the bound of 4 ms holds four such batches (the
      * queued ones and the next) and refuses a fifth */
     for (int i = 0; i < 3; i++)
-        lb_mk_push(&m, (void *)2, 20000 + i, m.batch);
+        lb_mk_push(&m, (void *)2, m.last_done + 20000 + i, m.batch);
     CHECK(lb_mk_room(&m, 4 * MS));
-    lb_mk_push(&m, (void *)2, 30000, m.batch);
+    lb_mk_push(&m, (void *)2, m.last_done + 30000, m.batch);
     CHECK(!lb_mk_room(&m, 4 * MS));
     CHECK(lb_mk_room(&m, 8 * MS));
 }
 
-static void test_markers_batches_grow_at_most_twice(void)
+static void test_markers_batches_grow_at_most_twice_per_completion(void)
 {
     /* A shape mix: the first measured launch may be a 40 µs one among 2 ms ones. A batch sized
      * at once to that (a quarter of 40 ms / 40 µs = 250 launches) would queue half a second of
-     * the real mix; batches grow at most twice per batch, so the next measurements correct it. */
+     * the real mix; a batch grows at most twice per completion, however many batches the
+     * launcher makes meanwhile, so the next measurements correct it. */
     struct lb_markers m;
     lb_mk_reset(&m);
     lb_mk_push(&m, (void *)1, 0, 1);
     lb_mk_done(&m, 40000);
-    CHECK(lb_mk_room(&m, 40 * MS));
-    CHECK_U64(m.batch, 2);
+    for (int i = 0; i < 5; i++) {
+        CHECK(lb_mk_room(&m, 40 * MS));
+        CHECK_U64(m.batch, 2);
+    }
+    lb_mk_push(&m, (void *)1, 50000, 2);
+    lb_mk_done(&m, 130000);
     CHECK(lb_mk_room(&m, 40 * MS));
     CHECK_U64(m.batch, 4);
-    CHECK(lb_mk_room(&m, 40 * MS));
-    CHECK_U64(m.batch, 8);
     m.per_launch = 5 * MS; /* the mix's real cost shows: down at once */
     CHECK(lb_mk_room(&m, 40 * MS));
     CHECK_U64(m.batch, 2);
+}
+
+static void test_markers_pending_marker_lifts_the_cost(void)
+{
+    /* A launcher the CPU did not run between its 2 ms kernel and the marker's record measured 2 µs
+     * a launch (a loaded node). The markers after it, seen still pending, show what their launches
+     * have taken at least: the cost rises at once and the queue closes, long before the queued
+     * work completes. */
+    struct lb_markers m;
+    lb_mk_reset(&m);
+    lb_mk_push(&m, (void *)1, 2 * MS, 1);
+    lb_mk_done(&m, 2 * MS + 2000);
+    CHECK(m.per_launch < 3000);
+    CHECK(lb_mk_room(&m, 30 * MS));
+    lb_mk_push(&m, (void *)2, 3 * MS, 2);
+    CHECK(lb_mk_room(&m, 30 * MS)); /* 2 µs a launch: room for more */
+    lb_mk_pending(&m, 3 * MS + 1000); /* recorded 1 ms ago: not yet telling */
+    CHECK(m.per_launch < 600000);
+    lb_mk_pending(&m, 9 * MS); /* two launches, 6 ms and not done: 3 ms each at least */
+    CHECK(m.per_launch > 2.9 * MS && m.per_launch < 3.1 * MS);
+    CHECK(!lb_mk_room(&m, 6 * MS));
+    /* a pending marker never lowers the cost; an empty one teaches nothing */
+    lb_mk_pending(&m, 9 * MS + 1);
+    CHECK(m.per_launch > 2.9 * MS);
+    struct lb_markers e;
+    lb_mk_reset(&e);
+    lb_mk_push(&e, (void *)1, 0, 0);
+    lb_mk_pending(&e, 50 * MS);
+    CHECK(e.per_launch == 0);
+    CHECK(e.per_launch == 0);
+    /* unmeasured: a pending marker does not make it measured (one batch in flight holds) */
+    lb_mk_reset(&e);
+    lb_mk_push(&e, (void *)1, 0, 1);
+    lb_mk_pending(&e, 10 * MS);
+    CHECK(e.per_launch == 0);
+    CHECK(!lb_mk_room(&e, 50 * MS));
+    lb_mk_reset(&e);
+    lb_mk_pending(&e, 60 * MS); /* nothing in flight */
+    CHECK(e.per_launch == 0);
 }
 
 static void test_markers_long_kernels_one_at_a_time(void)
@@ -347,7 +399,8 @@ const struct unit_test unit_sched_tests[] = {
     {"markers/first batch alone until measured", test_markers_first_batch_alone},
     {"markers/batches sized to a quarter of the bound, queue within it", test_markers_size_batches_to_the_bound},
     {"markers/a marker of no launches teaches nothing", test_markers_empty_marker_teaches_nothing},
-    {"markers/batches grow at most twice per batch", test_markers_batches_grow_at_most_twice},
+    {"markers/batches grow at most twice per completion", test_markers_batches_grow_at_most_twice_per_completion},
+    {"markers/a pending marker lifts the cost at once", test_markers_pending_marker_lifts_the_cost},
     {"markers/kernels longer than the bound go one at a time", test_markers_long_kernels_one_at_a_time},
     {"markers/a batch is timed from the previous completion", test_markers_measure_from_the_previous_completion},
     {"markers/the bound follows the slice", test_markers_bound_follows_the_slice},

@@ -83,6 +83,23 @@ func Scenarios() map[string]Scenario {
 		}
 	}
 	add(eight)
+	// Eight staggered shape-mix pairs at once (30 + 50 on GPUs 0-3, 10 + 90 on 4-7): 16 launchers
+	// on a small machine's CPUs, where a launcher the CPU does not run between a launch and its
+	// marker once measured a 2 ms kernel at 2 µs and queued 0.75 s of work in its first slice
+	// (docs/benchmarks.md, "With the node scheduler").
+	pairs := one("force-mix-pairs-8-gpus-1s-apart")
+	pairs.Profile = "8x-h100-80g"
+	for g := 0; g < 8; g++ {
+		limits := []int{30, 50}
+		if g >= 4 {
+			limits = []int{10, 90}
+		}
+		for _, c := range ForceShares("mix", time.Second, limits...).Containers {
+			c.Name, c.GPU = fmt.Sprintf("g%d-%s", g, c.Name), g
+			pairs.Containers = append(pairs.Containers, c)
+		}
+	}
+	add(pairs)
 	return m
 }
 

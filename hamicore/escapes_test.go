@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/limitbed/limitbed/harness/computebench"
 	"github.com/limitbed/limitbed/internal/tier"
 )
 
@@ -216,6 +217,55 @@ func TestEscapeRegionLimitRewrite(t *testing.T) {
 // charged to the limit of the GPU whose index equals their ordinal.
 func TestEscapeDeviceSixteenAndUp(t *testing.T) {
 	e := newEnv(t)
+	environ := e.limited("FAKEGPU_PROFILE="+mig21Profile(t), "CUDA_DEVICE_MEMORY_LIMIT_1=5000m", "CUDA_DEVICE_MEMORY_LIMIT_2=1000m")
+	m := e.memload(environ)
+	if r := m.do("init 20"); !strings.HasPrefix(r, "ok") {
+		t.Fatalf("the profile does not have 21 CUDA devices: init 20: %q", r)
+	}
+	m.must("alloc 1 mem %d", 800*mib)
+	if r := m.do("alloc 2 mem %d", 800*mib); r != oom {
+		t.Errorf("ordinal 20 (a MIG instance of the third GPU, limit 1000 MiB): a second 800 MiB: %q, want refused", r)
+	}
+	m.must("use 0") // a MIG instance of the first GPU (limit 3000 MiB)
+	if r := m.do("alloc 3 mem %d", 2000*mib); !strings.HasPrefix(r, "ok") {
+		t.Errorf("ordinal 0 (the first GPU): 2000 MiB under 3000 MiB: %q, want granted", r)
+	}
+}
+
+// A compute-limited container's launches on CUDA device 16 and up (past the launch gates' 16
+// ordinals) are refused with CUDA_ERROR_NOT_PERMITTED and a log line saying why, kernels and
+// graphs alike; device 0 is held as ever. Before: they passed ungated, the GPU 1.00 busy under
+// a 30 % limit. Without a compute limit nothing is gated and they run.
+func TestEscapeComputeOnDeviceSixteenAndUp(t *testing.T) {
+	e := newEnv(t)
+	prof := "FAKEGPU_PROFILE=" + mig21Profile(t)
+	limited := e.limited(prof, "CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force")
+	for _, w := range []string{"uniform", "graph"} {
+		c := e.cmd(limited, "hamicore-launchprobe", "--seconds", "0.5", "--workload", w, "--device", "20", "--kernel-us", "1000")
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		_ = c.Run() // exits 1 on a launch error: judged by its report
+		r, err := computebench.ParseProbe(out.Bytes())
+		if err == nil || r.LaunchError != 800 || r.Launches != 0 || !strings.Contains(errb.String(), "CUDA device 20: past the 16 devices") {
+			t.Errorf("%s on device 20 under a 30 %% limit: %+v (%v), want every launch refused with 800 and the log naming the device\nstderr: %s",
+				w, r, err, errb.String())
+		}
+	}
+	out, _ := e.run(limited, "hamicore-launchprobe", "--seconds", "4", "--device", "0", "--kernel-us", "1000")
+	if r, err := computebench.ParseProbe([]byte(out)); err != nil || len(r.Windows) <= computebench.SkipWindows ||
+		computebench.Steady(r.Windows) > 0.45 {
+		t.Errorf("device 0 under a 30 %% limit: %+v (%v), want held after its first 2 s", r, err)
+	}
+	other := newEnv(t) // another pod: the region keeps its first process's limits
+	out, _ = other.run(other.limited(prof), "hamicore-launchprobe", "--seconds", "1.5", "--device", "20", "--kernel-us", "1000")
+	if r, err := computebench.ParseProbe([]byte(out)); err != nil || r.Launches == 0 {
+		t.Errorf("device 20 without a compute limit: %+v (%v), want its launches made", r, err)
+	}
+}
+
+// mig21Profile writes a fakegpu profile of three A100s in MIG mode with seven instances each: 21
+// CUDA devices.
+func mig21Profile(t *testing.T) string {
 	var prof strings.Builder
 	prof.WriteString("driver_version = 550.90.07\ncuda_version = 12040\ncontext_mib = 300\n")
 	for d := 0; d < 3; d++ {
@@ -231,19 +281,7 @@ func TestEscapeDeviceSixteenAndUp(t *testing.T) {
 	if err := os.WriteFile(path, []byte(prof.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	environ := e.limited("FAKEGPU_PROFILE="+path, "CUDA_DEVICE_MEMORY_LIMIT_1=5000m", "CUDA_DEVICE_MEMORY_LIMIT_2=1000m")
-	m := e.memload(environ)
-	if r := m.do("init 20"); !strings.HasPrefix(r, "ok") {
-		t.Fatalf("the profile does not have 21 CUDA devices: init 20: %q", r)
-	}
-	m.must("alloc 1 mem %d", 800*mib)
-	if r := m.do("alloc 2 mem %d", 800*mib); r != oom {
-		t.Errorf("ordinal 20 (a MIG instance of the third GPU, limit 1000 MiB): a second 800 MiB: %q, want refused", r)
-	}
-	m.must("use 0") // a MIG instance of the first GPU (limit 3000 MiB)
-	if r := m.do("alloc 3 mem %d", 2000*mib); !strings.HasPrefix(r, "ok") {
-		t.Errorf("ordinal 0 (the first GPU): 2000 MiB under 3000 MiB: %q, want granted", r)
-	}
+	return path
 }
 
 // /overrideEnv present but unreadable is not "no file": a login session (no environment) whose

@@ -34,12 +34,18 @@ static inline int lb_cur_fresh(void)
            lb_cur_slow() == 0;
 }
 
-/* The compute limiter's view: 0 and *dev = the CUDA ordinal of the current context; -1 if there is
- * none, or it is beyond the region's per-device arrays (launch.c passes the launch through). */
+/* The compute limiter's view: 0 and *dev = the CUDA ordinal of the current context;
+ * LB_DEV_NONE without a current context (the driver refuses the launch itself); LB_DEV_BEYOND for
+ * an ordinal past the launch gates' arrays, whose launches cannot be held (a gated launch there is
+ * refused: lb_gate_beyond). */
+#define LB_DEV_NONE (-1)
+#define LB_DEV_BEYOND (-2)
 static inline int lb_cur_device(int *dev)
 {
-    if (!lb_cur_fresh() || lb_tls_dev.ord >= LB_CTX_MAX_ORD)
-        return -1;
+    if (!lb_cur_fresh())
+        return LB_DEV_NONE;
+    if (lb_tls_dev.ord >= LB_CTX_MAX_ORD)
+        return LB_DEV_BEYOND;
     *dev = lb_tls_dev.ord;
     return 0;
 }

@@ -322,6 +322,16 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
     }
 }
 
+CUresult lb_gate_beyond(void)
+{
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        LB_ERROR("compute limit: CUDA device %d: past the %d devices whose launches this library can hold: its launches "
+                 "are refused (CUDA_ERROR_NOT_PERMITTED); make at most %d GPUs visible to the container",
+                 lb_tls_dev.ord, LB_CTX_MAX_ORD, LB_CTX_MAX_ORD);
+    return CUDA_ERROR_NOT_PERMITTED;
+}
+
 void lb_gate_after(int d, CUstream s, int per_thread)
 {
     struct slow *sl = &g_slow[d];

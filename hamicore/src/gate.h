@@ -57,6 +57,11 @@ static inline int lb_gate_pass(void)
  * the same device and stream once the launch was made. */
 int lb_gate_enter(int dev, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks);
 void lb_gate_after(int dev, CUstream s, int per_thread);
+/* A gated launch on an ordinal past the gates' arrays (LB_CTX_MAX_ORD, the region's 16 devices):
+ * says so once and refuses it, CUDA_ERROR_NOT_PERMITTED. A process sees such an ordinal only with
+ * more than 16 GPUs (or, on fakegpu, MIG instances) visible; its launches there cannot be held to
+ * a limit or a slice, and passing them would leave them unlimited. */
+CUresult lb_gate_beyond(void);
 
 /* At initialisation (after the limiter's): maps the scheduler's files. */
 void lb_gate_init(void);

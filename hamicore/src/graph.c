@@ -27,6 +27,7 @@
 #include "context.h"
 #include "ctxgone.h"
 #include "devmap.h"
+#include "gate.h"
 #include "graph.h"
 #include "init.h"
 #include "limiter.h"
@@ -405,6 +406,8 @@ LB_EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch);
     int mark = lb_graph_launch_throttle(x, s, 0);
+    if (mark < 0)
+        return lb_gate_beyond();
     return lb_graph_launched(mark, run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0)), s, 0);
 }
 
@@ -412,6 +415,8 @@ LB_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s)
 {
     REAL_OR_FAIL(cuGraphLaunch_ptsz);
     int mark = lb_graph_launch_throttle(x, s, 1);
+    if (mark < 0)
+        return lb_gate_beyond();
     return lb_graph_launched(mark, run(x, s, real, "cuGraphLaunch", 1, __builtin_return_address(0)), s, 1);
 }
 

@@ -127,12 +127,15 @@ static void work_of(CUgraphExec x, uint64_t *k, uint64_t *b)
     pthread_mutex_unlock(&g_mu);
 }
 
-/* The slow path: 1 + the device when the launch must be followed by its marker. */
+/* The slow path: 1 + the device when the launch must be followed by its marker; -1: refused (an
+ * ordinal no gate can hold, lb_gate_beyond). */
 static int __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
 {
-    int dev;
-    if (lb_guard || lb_cur_device(&dev) != 0)
+    int dev, cur;
+    if (lb_guard || (cur = lb_cur_device(&dev)) == LB_DEV_NONE)
         return 0;
+    if (cur != 0)
+        return -1; /* graph.c refuses it (lb_gate_beyond) */
     uint64_t k, b;
     work_of(x, &k, &b);
     if (!k)

@@ -37,9 +37,11 @@ static inline uint64_t legacy_blocks(int w, int h)
     if (__builtin_expect(!lb_active(), 0))                                                                          \
         return call;                                                                                                \
     lb_mark_launch();                                                                                               \
-    int dev;                                                                                                        \
-    if (!lb_launch_gated || lb_guard || lb_cur_device(&dev) != 0)                                                   \
+    int dev, cur;                                                                                                   \
+    if (!lb_launch_gated || lb_guard || (cur = lb_cur_device(&dev)) == LB_DEV_NONE)                                 \
         return call; /* nothing gated; re-entered from the driver; no context (the driver refuses it) */          \
+    if (cur != 0)                                                                                                   \
+        return lb_gate_beyond(); /* an ordinal no gate can hold: refused, never ungated */                         \
     int mark = lb_gate_enter(dev, stream, pt, kernels, blocks);                                                    \
     lb_guard_enter();                                                                                               \
     CUresult r = call;                                                                                              \

@@ -39,7 +39,7 @@ void lb_graph_work_note(CUgraphExec x, CUgraph g);
 void lb_graph_work_forget(CUgraphExec x);
 /* A graph launch into stream s (per_thread: cuGraphLaunch_ptsz) asks the gate; what it returns
  * goes to lb_graph_launched with the launch's result, which records the batch's marker (gate.h)
- * after it and returns the result. */
+ * after it and returns the result; -1: the launch is refused (lb_gate_beyond), not made. */
 int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread);
 CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread);
 

@@ -96,7 +96,10 @@ func sizes(kind string, bytes uint64, unit int) (lib, truth uint64) {
 	round := func(b uint64) uint64 { return (b + granule - 1) / granule * granule }
 	switch kind {
 	case "array3d", "array3d1":
-		d := bytes / (4 * mib)
+		// memload's 2048 x 512 x 4-byte layers; CUDA takes a depth of 0 (under 4 MiB asked) for a
+		// 2D array, one layer (seed 8314: a 2 MiB array3d judged as 0 bytes, the library's
+		// refusal of its 4 MiB near the limit as wrong).
+		d := max(bytes/(4*mib), 1)
 		return d * 4 * mib, d * 4 * mib
 	case "mipmap":
 		h := bytes * 4 / 5 / 8192

@@ -253,6 +253,10 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
     for (int i = 0; i < LB_CTL_WINDOW; i++)
         units += b->ring[i];
     int hungry = atomic_exchange(&b->hungry, 0);
+    unsigned hold = atomic_load(&b->hold);
+    if (hold && atomic_compare_exchange_strong(&b->hold, &hold, hold - 1))
+        return; /* seeded from the scheduler's slices: the readings of this window mix its second
+                 * under them with the first launches paced alone (limiter.h) */
     int u = sn->container_util(d, units, b->age < 2 * LB_CTL_WINDOW);
     b->age += b->age < 2 * LB_CTL_WINDOW;
     if (u < 0)

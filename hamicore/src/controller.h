@@ -29,7 +29,12 @@ struct lb_bucket {
     _Atomic int calib_asked;    /* the first throttled launch came: the watcher decides on a calibration */
     _Atomic int scheduled;      /* the grant file names the device: paced only while the scheduler is away,
                                  * never with an unthrottled calibration run (docs/hamicore.md) */
+    _Atomic unsigned hold;      /* control steps to keep the rate seeded from the scheduler's slices (gate.c) */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
+    /* the launch gate's, under its device lock: what the node scheduler's slices let through */
+    uint64_t sch_units;         /* milli-units since sch_from */
+    int64_t sch_from;           /* CLOCK_MONOTONIC ns; 0 = nothing counted yet */
+    int64_t sch_rate;           /* milli-units per second over the last whole second counted; 0 = none */
     /* watcher-only state */
     uint64_t seen;              /* `launched` at the previous control step */
     uint64_t ring[LB_CTL_WINDOW]; /* milli-units launched per period, last LB_CTL_WINDOW periods */

@@ -65,6 +65,7 @@ struct slow {
     int64_t want_at;
     struct lb_markers mk;
     uint32_t issued;         /* the launches the last batch let through (its first included) */
+    uint64_t batch_k, batch_b; /* its first launch's kernels and blocks: what its launches are counted as */
     uint32_t mk_n;           /* ... and the one before it: what the next marker covers */
     uintptr_t mk_ctx;        /* the context of the markers' events */
     int no_marks;            /* events failed: no queue bound (logged once) */
@@ -135,8 +136,10 @@ static void say(struct slow *sl, int d, enum mode m, const char *why)
     if (m == M_SCHED) {
         LB_INFO("compute limit: device %d: launches follow the node scheduler's slices", d);
     }
-    else if (sl->mode == M_SCHED)
+    else if (sl->mode == M_SCHED) {
+        lb_limiter_seed(d); /* from the rate its slices let through, not from the start */
         LB_WARN("compute limit: device %d: %s: paced by this library alone until it drives the device again", d, why);
+    }
     else
         LB_INFO("compute limit: device %d: %s: paced by this library alone", d, why);
     sl->mode = m;
@@ -247,6 +250,18 @@ static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
     return 1;
 }
 
+/* The last marked batch's launches, as far as it went, are counted as the scheduler's slices let
+ * them through (limiter.h: the pacing's seed); it is not counted again (lock held). */
+static void count_batch(int d, struct slow *sl, int64_t now)
+{
+    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
+    if (sl->issued && left != INT32_MAX) {
+        uint32_t unused = left > 0 ? (uint32_t)left : 0;
+        lb_limiter_count_scheduled(d, unused < sl->issued ? sl->issued - unused : 1, sl->batch_k, sl->batch_b, now);
+    }
+    sl->issued = 0;
+}
+
 int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks)
 {
     struct slow *sl = &g_slow[d];
@@ -300,9 +315,11 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
             }
             if (mark && atomic_load(wp) != w)
                 continue;
+            uint32_t prev = sl->issued;
+            count_batch(d, sl, now);
             atomic_store_explicit(&f->open, w, memory_order_relaxed);
             if (mark)
-                sl->mk_n = sl->issued, sl->issued = sl->mk.batch;
+                sl->mk_n = prev, sl->issued = sl->mk.batch, sl->batch_k = kernels, sl->batch_b = blocks;
             atomic_store_explicit(&f->left, mark ? (int32_t)sl->mk.batch : INT32_MAX, memory_order_relaxed);
             atomic_store_explicit(&f->word, wp, memory_order_relaxed);
             sl->slow_launches++;
@@ -397,7 +414,7 @@ static void drain(int d, struct slow *sl)
         sl->joined = 0;
     while (sl->mk.count)
         lb_mk_done(&sl->mk, now); /* everything before the synchronisation has run */
-    sl->issued = 0; /* so the next slice's first marker covers its own launch only, not these */
+    count_batch(d, sl, now); /* and the next slice's first marker covers its own launch only */
 }
 
 /* One step of a held device (lock held). */

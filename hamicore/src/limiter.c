@@ -106,8 +106,11 @@ void lb_limiter_after_fork(void)
     atomic_store(&g_watcher, 0);
     pthread_mutex_init(&g_resolve_mu, NULL); /* a parent's thread may have held it */
     lb_ctl_forget_calibration();
-    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
         lb_ctl_after_fork(&g_b[d]);
+        g_b[d].sch_units = 0, g_b[d].sch_from = 0, g_b[d].sch_rate = 0; /* the parent's launches */
+        atomic_store(&g_b[d].hold, 0);
+    }
 }
 
 static void refill(struct lb_bucket *b)
@@ -199,6 +202,48 @@ static uint32_t sm_count(int dev)
     return (uint32_t)v;
 }
 
+/* units = kernels + blocks / SMs, in milli-units, saturating */
+static int64_t units_of(struct lb_bucket *b, int dev, uint64_t kernels, uint64_t blocks)
+{
+    uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
+    if (!sm)
+        atomic_store(&b->sm, sm = sm_count(dev));
+    uint64_t cap = (uint64_t)(LB_RATE_MAX / LB_MILLI);
+    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
+    uint64_t frac = blocks / sm < cap ? (blocks % sm) * LB_MILLI / sm : 0;
+    int64_t cost = (int64_t)((k + w) * LB_MILLI + frac);
+    return cost > LB_RATE_MAX ? LB_RATE_MAX : cost;
+}
+
+void lb_limiter_count_scheduled(int dev, uint64_t launches, uint64_t kernels, uint64_t blocks, int64_t now)
+{
+    struct lb_bucket *b = &g_b[dev];
+    if (!b->limit || !launches)
+        return;
+    if (!b->sch_from)
+        b->sch_from = now;
+    uint64_t add;
+    if (__builtin_mul_overflow(launches, (uint64_t)units_of(b, dev, kernels, blocks), &add) ||
+        __builtin_add_overflow(b->sch_units, add, &b->sch_units))
+        b->sch_units = UINT64_MAX;
+    if (now - b->sch_from >= 1000000000LL) {
+        double r = (double)b->sch_units * 1e9 / (double)(now - b->sch_from);
+        b->sch_rate = r > (double)LB_RATE_MAX ? LB_RATE_MAX : (int64_t)r;
+        b->sch_units = 0, b->sch_from = now;
+    }
+}
+
+void lb_limiter_seed(int dev)
+{
+    struct lb_bucket *b = &g_b[dev];
+    if (!b->limit || b->sch_rate <= 0)
+        return;
+    if (b->sch_rate > atomic_load(&b->rate)) {
+        atomic_store(&b->rate, b->sch_rate);
+        atomic_store(&b->hold, LB_CTL_WINDOW);
+    }
+}
+
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct lb_bucket *b = &g_b[dev];
@@ -207,16 +252,7 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
     int idle = 0;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed) && atomic_compare_exchange_strong(&b->in_use, &idle, 1))
         atomic_store(&b->calib_asked, 1);
-    uint32_t sm = atomic_load_explicit(&b->sm, memory_order_relaxed);
-    if (!sm)
-        atomic_store(&b->sm, sm = sm_count(dev));
-    /* units = kernels + blocks / SMs, in milli-units, saturating */
-    uint64_t cap = (uint64_t)(LB_RATE_MAX / LB_MILLI);
-    uint64_t k = kernels < cap ? kernels : cap, w = blocks / sm < cap ? blocks / sm : cap;
-    uint64_t frac = blocks / sm < cap ? (blocks % sm) * LB_MILLI / sm : 0;
-    int64_t cost = (int64_t)((k + w) * LB_MILLI + frac);
-    if (cost > LB_RATE_MAX)
-        cost = LB_RATE_MAX;
+    int64_t cost = units_of(b, dev, kernels, blocks);
     /* The watcher ends a calibration at the control step that measures it (its ring must not
      * hold throttled launches); the launches end it alone should the watcher not come. */
     int64_t calib = atomic_load_explicit(&b->calib_until, memory_order_relaxed);

@@ -29,6 +29,15 @@ int lb_limiter_calibrating(int dev);
 /* The grant file names device dev (the node scheduler drives it): its pacing, whenever the
  * scheduler is away, runs without an unthrottled calibration run. */
 void lb_limiter_scheduled(int dev);
+/* While the node scheduler drives device dev (the gate, under its device lock): `launches`
+ * launches, each of the units of `kernels` kernels of `blocks` blocks, went under its slices by
+ * now (CLOCK_MONOTONIC ns). The pacing is seeded from their rate when the scheduler goes away
+ * (lb_limiter_seed): the rate that held the limit under the slices, not the pacing's starting
+ * rate, which for a mix of large grids is a few percent of the GPU (a scheduler restart's
+ * half second cost a 50 % shape mix 0.26 of that second). The seed is kept for one control
+ * window, then the loop takes over from its readings. */
+void lb_limiter_count_scheduled(int dev, uint64_t launches, uint64_t kernels, uint64_t blocks, int64_t now);
+void lb_limiter_seed(int dev);
 /* Wait until device dev may start `kernels` kernels of `blocks` thread blocks in all (a launch:
  * 1 and its grid; a graph: its kernel nodes), then charge them. */
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks);

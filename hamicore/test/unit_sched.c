@@ -369,6 +369,32 @@ static void test_controller_follows_a_change_of_kernels(void)
         unit_fail(__FILE__, __LINE__, "after heavier kernels the utilisation reached %d %%, want back near 50 within 2 s", worst);
 }
 
+/* A rate seeded from the scheduler's slices (the gate's count, lb_limiter_seed) is kept for a
+ * control window, whatever the window's readings (they mix the scheduler's second with the first
+ * paced launches), and then followed from the readings as any rate. */
+static void test_controller_keeps_a_seeded_rate_for_a_window(void)
+{
+    lb_region = &hdr;
+    struct lb_bucket b;
+    memset(&b, 0, sizeof b);
+    b.limit = 50, t_ns = 0, shared = 1, off = 0, cost_pct = 0.05; /* 50 % at 1000 units/s */
+    int64_t seed = 2000 * LB_MILLI; /* twice too much: held a window, then brought down */
+    atomic_store(&b.rate, seed);
+    atomic_store(&b.hold, LB_CTL_WINDOW);
+    lb_ctl_episode(&b);
+    for (int i = 0; i < LB_CTL_WINDOW; i++) {
+        step(&b);
+        CHECK(atomic_load(&b.rate) == seed);
+    }
+    CHECK_U64(atomic_load(&b.hold), 0);
+    step(&b);
+    CHECK(atomic_load(&b.rate) < seed);
+    for (int i = 0; i < 40; i++)
+        step(&b);
+    int u = util_now(&b);
+    CHECK(u >= 47 && u <= 53);
+}
+
 /* Alone and never calibrated: the first throttled launch calibrates; beside a neighbour, with the
  * `default` switch off, or once the node scheduler drove the device, it never does. */
 static void test_controller_calibrates_only_when_it_may(void)
@@ -410,6 +436,7 @@ const struct unit_test unit_sched_tests[] = {
     {"sched/a junk report is repaired, a planted symlink refused", test_attach_repairs_or_refuses_the_report},
     {"controller/converges to the limit whatever a unit costs", test_controller_converges_to_the_limit},
     {"controller/follows a change of kernels", test_controller_follows_a_change_of_kernels},
+    {"controller/keeps a rate seeded from the scheduler for a window", test_controller_keeps_a_seeded_rate_for_a_window},
     {"controller/calibrates only alone, switched on and unscheduled", test_controller_calibrates_only_when_it_may},
     {NULL, NULL},
 };

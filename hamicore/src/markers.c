@@ -55,13 +55,21 @@ int lb_mk_room(struct lb_markers *m, int64_t bound)
     return queued + m->per_launch * m->batch <= (double)bound;
 }
 
+/* The oldest marker's GPU ns per launch if it completes at now: its launches were all made by its
+ * record and run after the marker before it was seen complete, so from the later of the two. */
+static double per_launch_by(const struct lb_markers *m, int64_t now)
+{
+    const struct lb_marker *k = &m->ring[m->head];
+    int64_t from = k->at > m->last_done ? k->at : m->last_done;
+    return now > from && k->n ? (double)(now - from) / k->n : 0;
+}
+
 void lb_mk_done(struct lb_markers *m, int64_t now)
 {
     if (m->count == 0)
         return;
     struct lb_marker *k = &m->ring[m->head];
-    int64_t from = k->at > m->last_done ? k->at : m->last_done;
-    double per = now > from && k->n ? (double)(now - from) / k->n : 0;
+    double per = per_launch_by(m, now);
     if (per > 0)
         m->per_launch = m->per_launch > 0 ? m->per_launch + (per - m->per_launch) / 4 : per;
     m->last_done = now, m->grown = 0;
@@ -77,11 +85,7 @@ void lb_mk_pending(struct lb_markers *m, int64_t now)
      * would let more in (a second 1 s kernel queued 10 ms into the first). */
     if (m->count == 0 || m->per_launch <= 0)
         return;
-    struct lb_marker *k = &m->ring[m->head];
-    /* Its launches were all made by its record and began after the one before it was seen
-     * complete: from the later of the two they have run (or queued) for now - from at least. */
-    int64_t from = k->at > m->last_done ? k->at : m->last_done;
-    double least = now > from && k->n ? (double)(now - from) / k->n : 0;
+    double least = per_launch_by(m, now); /* not complete at now: at least this */
     if (least > m->per_launch)
         m->per_launch = least;
 }

@@ -76,6 +76,7 @@ type GPU struct {
 	last   time.Time
 	speed  speedModel
 	stats  GPUStats
+	tracer Tracer
 }
 
 // GPUStats are a GPU's figures.
@@ -280,6 +281,7 @@ func (g *GPU) Step(now time.Time) time.Time {
 	den := g.decideModes(now)
 	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant == h.grant && now.Before(g.from) {
 		g.from = now // its first launch: charged from here
+		g.trace(now, EvJoin, h)
 	}
 	g.account(dt, den, now)
 	g.judgeHolder(now, den)
@@ -379,20 +381,24 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 		unjoined := j.Grant != h.grant && now.Sub(g.start) >= g.cfg.JoinTimeout
 		switch {
 		case released || unjoined:
+			g.trace(now, map[bool]string{true: EvReleased, false: EvUnjoined}[released], h)
 			h.state = schedproto.Wait
 			g.holder, g.phase = nil, phaseNone
 			return
 		case end:
 			h.state, h.revoked = schedproto.Wait, now
 			g.phase = phaseDraining
+			g.trace(now, EvRevoke, h)
 		}
 	}
 	if g.phase == phaseDraining {
 		switch {
 		case j.Drained(h.grant):
+			g.trace(now, EvDrained, h)
 			h.drain += (now.Sub(h.revoked) - h.drain) / 4
 			g.holder, g.phase = nil, phaseNone
 		case now.Sub(h.revoked) >= g.cfg.DrainWait && g.anyOwed(now, den, h):
+			g.trace(now, EvOverlap, h)
 			g.over = append(g.over, h) // the next slice starts beside its drain
 			g.stats.Overlaps++
 			g.holder, g.phase = nil, phaseNone

@@ -36,6 +36,8 @@ type Node struct {
 	// Clocks reads each GPU's SM clock, which slices are charged by (speed.go); nil: slices are
 	// charged their time.
 	Clocks Clocks
+	// Tracer, when set, receives every GPU's slices and clock readings (trace.go).
+	Tracer Tracer
 
 	mu     sync.Mutex
 	ctrs   map[string]*ctr
@@ -293,6 +295,7 @@ func (n *Node) join(ctx context.Context, c *ctr) {
 		l := n.gpus[u]
 		if l == nil {
 			l = &gpuLoop{g: NewGPU(u, n.Config, uint32(n.now().UnixNano()>>20)), members: map[string]*member{}}
+			l.g.SetTracer(n.Tracer)
 			n.gpus[u] = l
 			n.wg.Add(1)
 			go func() { defer n.wg.Done(); n.loop(ctx, l) }()

@@ -88,6 +88,7 @@ func (g *GPU) pick(now time.Time, den int) {
 	g.holder, g.phase = s, phaseGranted
 	s.stats.Slices++
 	g.stats.Switches++
+	g.trace(now, EvGrant, s)
 	if !s.waitFrom.IsZero() {
 		if now.Sub(s.seated) >= WarmUp {
 			s.stats.MaxWait = max(s.stats.MaxWait, now.Sub(s.waitFrom))

@@ -56,6 +56,9 @@ func (g *GPU) Clock(now time.Time, mhz float64) {
 		m.clk = mhz
 	}
 	m.clk += (mhz - m.clk) / 4 // readings every ClockEvery: smoothed over about 4 of them
+	if g.tracer != nil {
+		g.tracer.Trace(TraceEvent{At: now, GPU: g.UUID.String(), Event: EvClock, Speed: g.factor(), ClockMHz: mhz, FullMHz: m.full})
+	}
 	if !now.Before(m.winFrom) {
 		m.winSum += mhz
 		m.winN++
@@ -102,6 +105,7 @@ func (g *GPU) learnSpeed(now time.Time, busy time.Duration) {
 	}
 	if m.winN > 0 && float64(m.winBusy) >= fullLoadBusy*float64(now.Sub(m.winFrom)) {
 		m.full, m.learned = m.winSum/float64(m.winN), now
+		g.trace(now, EvLearn, nil)
 	}
 	m.winFrom, m.winBusy, m.winSum, m.winN = now, 0, 0, 0
 }
@@ -139,6 +143,7 @@ func (g *GPU) maybeCalibrate(now time.Time, sum int) {
 	// The window learns from the calibration's end less SpeedWindow, when the slices have
 	// filled the GPU long enough for its clock to settle.
 	m.calFrom, m.calUntil = now, now.Add(g.cfg.Calibrate)
+	g.trace(now, EvCalib, nil)
 	m.winFrom, m.winBusy, m.winSum, m.winN = m.calUntil.Add(-g.cfg.SpeedWindow), 0, 0, 0
 	g.stats.Calibrations++
 }

@@ -39,6 +39,7 @@ type options struct {
 	calibrate      time.Duration
 	nvmlLibrary    string
 	metricsAddress string
+	traceFile      string
 }
 
 // schedulerAPITimeout bounds each API server request of the scheduler's identity lookups: a
@@ -97,6 +98,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.calibrate, "calibrate", d.Calibrate, "how long a GPU whose limited containers leave it partly idle is filled with their slices to learn its SM clock at full load (slices are charged by the clock against it); 0: never")
 	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (the driver's or fakegpu's), read for each GPU's SM clock; empty: the loader's search path")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9395", "listen address of /metrics; empty disables it")
+	fs.StringVar(&o.traceFile, "trace-file", "", "write every slice (grant, first launch, revocation, drain) and clock reading to this file as JSON lines (a measurement aid; docs/plugin.md, \"The trace\"); empty: none")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogFlags.Lookup("v").Value, "v", "log verbosity")
@@ -127,6 +129,19 @@ func serve(ctx context.Context, o options) error {
 	n := &timeslice.Node{
 		GrantDir: filepath.Join(o.hookPath, "vgpu", allocate.GrantDirName), ContainersDir: containers,
 		Source: src, Config: cfg, Logger: logger, Clocks: clocks,
+	}
+	if o.traceFile != "" {
+		f, err := os.OpenFile(o.traceFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("--trace-file: %w", err)
+		}
+		tw := timeslice.NewTraceWriter(f)
+		n.Tracer = tw
+		defer func() {
+			if err := tw.Close(); err != nil {
+				logger.Error(err, "Trace incomplete", "file", o.traceFile)
+			}
+		}()
 	}
 	if o.metricsAddress != "" {
 		reg := prometheus.NewRegistry()

@@ -13,18 +13,16 @@
  * takes over. So a scheduler that dies stalls no launch for longer than that, and leaves no slice
  * running unheld for longer than that either (the helper thread watches the word while the
  * process holds a slice).
+ *
+ * This file decides a launch and records its markers; the helper thread is gatehelper.c, the
+ * per-device state both share gatestate.c (gateslow.h).
  */
 #include "gate.h"
 
-#include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "gateslow.h"
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
@@ -33,74 +31,14 @@
 #include "schedclient.h"
 #include "symbols.h"
 
-#define LB_SCHED_DEAD_NS 500000000LL /* a grant word unchanged this long: the scheduler stopped */
-#define WANT_EVERY_NS 10000000LL     /* a waiting launcher bumps want at least this often */
-#define WAIT_NS 10000000LL           /* and sleeps on the grant word at most this long at a time */
-#define IDLE_NS 2000000LL            /* a holder with nothing launched or queued this long releases */
-#define TICK_NS 1000000LL            /* the helper's step while the process holds a slice */
-#define FREE_TICK_NS 20000000LL      /* ... while it only runs free (the launcher sees a revoke itself) */
-#define MARK_POLL_NS 100000LL        /* a launcher waiting for queue room looks again this often */
-
 /* The fast path compares *word with open (0). A device the scheduler does not drive points at a
- * word that is always 0 (launches pass; a limited one is paced instead, see below); g_shut is never
- * 0: every launch takes the slow path. */
+ * word that is always 0 (launches pass; a limited one is paced instead, see below); lb_gate_shut
+ * (gatestate.c) is never 0: every launch takes the slow path. */
 static const _Atomic uint32_t g_local = 0;
-static const _Atomic uint32_t g_shut = 1;
-
-enum mode { M_UNKNOWN, M_SCHED, M_SELF };
-
-struct slow {
-    pthread_mutex_t mu;
-    int resolved, entry;     /* the device's grant entry, -1: not scheduled */
-    enum mode mode;          /* what the log said last */
-    uint32_t seen;           /* the beat last seen ... */
-    int64_t seen_at;         /* ... since then (CLOCK_MONOTONIC ns) */
-    uint32_t joined;         /* the slice this process joined, 0 none */
-    uint32_t budget_us;      /* its planned length (the queue bound follows what is left, markers.h) */
-    int64_t join_at;         /* when it joined */
-    uint32_t gen;            /* joins so far (a drain reported for an older join does not end a newer one) */
-    int free_join;           /* it joined a FREE grant: no markers, no idle release */
-    uintptr_t ctx;           /* the context its launches of the slice used (the drain synchronises it) */
-    uint32_t active;         /* the beat last reported active */
-    int64_t want_at;
-    struct lb_markers mk;
-    uint32_t issued;         /* the launches the last batch let through (its first included) */
-    uint64_t batch_k, batch_b; /* its first launch's kernels and blocks: what its launches are counted as */
-    uint32_t mk_n;           /* ... and the one before it: what the next marker covers */
-    uintptr_t mk_ctx;        /* the context of the markers' events */
-    int no_marks;            /* events failed: no queue bound (logged once) */
-    uint32_t cal_since;      /* a calibration's launches since its last marker (calibration_room) */
-    uint32_t slow_launches;  /* launches through here (the helper's idle test) */
-    int32_t seen_left;
-    uint32_t seen_slow;
-    int64_t quiet_since;
-};
-
-struct lb_gate_fast lb_gates[LB_REGION_MAX_DEVICES];
-int lb_launch_gated;
-static struct slow g_slow[LB_REGION_MAX_DEVICES];
-static _Atomic int g_helper;     /* 0 none, 1 running (or starting) */
-static _Atomic uint32_t g_kick;  /* the helper sleeps on it when nothing is held (process-private) */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void nap(int64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
-static void shut(int d) { atomic_store_explicit(&lb_gates[d].word, &g_shut, memory_order_relaxed); }
 
 static void reset(int d)
 {
-    struct slow *sl = &g_slow[d];
+    struct slow *sl = &lb_gate_slow[d];
     pthread_mutex_init(&sl->mu, NULL);
     sl->resolved = 0, sl->entry = -1, sl->mode = M_UNKNOWN, sl->joined = 0, sl->gen = 0, sl->active = 0;
     sl->want_at = 0, sl->mk_ctx = 0, sl->no_marks = 0, sl->slow_launches = 0, sl->quiet_since = 0;
@@ -123,7 +61,7 @@ void lb_gate_after_fork(void)
 {
     /* The child's launches are its own: it joins slices itself, its helper starts on demand; the
      * parent's events (and contexts) are not the child's. The files stay mapped. */
-    atomic_store(&g_helper, 0);
+    lb_gate_helper_after_fork();
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
         reset(d);
 }
@@ -176,51 +114,6 @@ static int capturing(CUstream s, int per_thread)
     return lb_stream_capturing(per_thread && !s ? CU_STREAM_PER_THREAD : s);
 }
 
-/* The oldest markers that completed (lock held). */
-static void poll_markers(struct slow *sl, int64_t now)
-{
-    __typeof__(&cuEventQuery) query = LB_REAL(cuEventQuery);
-    while (sl->mk.count && query) {
-        lb_guard_enter();
-        CUresult r = query((CUevent)sl->mk.ring[sl->mk.head].ev);
-        lb_guard_leave();
-        if (r == CUDA_ERROR_NOT_READY) {
-            lb_mk_pending(&sl->mk, now);
-            break;
-        }
-        lb_mk_done(&sl->mk, now); /* an error (its context is gone) counts as done */
-    }
-}
-
-static void *helper(void *arg);
-
-static void ensure_helper(void)
-{
-    int zero = 0;
-    if (atomic_load_explicit(&g_helper, memory_order_relaxed) || !atomic_compare_exchange_strong(&g_helper, &zero, 1)) {
-        atomic_fetch_add(&g_kick, 1);
-        syscall(SYS_futex, &g_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-        return;
-    }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are never ours */
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 256 * 1024);
-    pthread_t t;
-    int r = pthread_create(&t, &a, helper, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0) {
-        atomic_store(&g_helper, 0);
-        /* Without it drains are not reported: the scheduler charges this container its drain
-         * waits (DrainWait each), never another's time. */
-        LB_ERROR("compute limit: cannot start the scheduler client thread (error %d): drains are not reported", r);
-    }
-}
-
 /* The pacing's calibration runs unthrottled to measure the GPU at full load; a driver's launch
  * queue would let it queue seconds of work meanwhile (an H200 took 4.6 s of CUDA-graph replays in
  * the 1.5 s), which then ran over the limit for ten seconds and unsettled the pacing when it
@@ -238,7 +131,7 @@ static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
         return 0;
     }
     for (int64_t now = now_ns();; now = now_ns()) {
-        poll_markers(sl, now);
+        lb_gate_poll_markers(sl, now);
         if (lb_mk_room(&sl->mk, LB_MK_QUEUE_MAX_NS) || !lb_limiter_calibrating(d))
             break;
         pthread_mutex_unlock(&sl->mu);
@@ -250,21 +143,9 @@ static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
     return 1;
 }
 
-/* The last marked batch's launches, as far as it went, are counted as the scheduler's slices let
- * them through (limiter.h: the pacing's seed); it is not counted again (lock held). */
-static void count_batch(int d, struct slow *sl, int64_t now)
-{
-    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
-    if (sl->issued && left != INT32_MAX) {
-        uint32_t unused = left > 0 ? (uint32_t)left : 0;
-        lb_limiter_count_scheduled(d, unused < sl->issued ? sl->issued - unused : 1, sl->batch_k, sl->batch_b, now);
-    }
-    sl->issued = 0;
-}
-
 int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks)
 {
-    struct slow *sl = &g_slow[d];
+    struct slow *sl = &lb_gate_slow[d];
     struct lb_gate_fast *f = &lb_gates[d];
     pthread_mutex_lock(&sl->mu);
     if (!sl->resolved)
@@ -299,11 +180,11 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
                 sl->joined = g, sl->gen++, sl->ctx = lb_cur_ctx(), sl->free_join = st == LB_GRANT_FREE;
                 sl->budget_us = atomic_load((const _Atomic uint32_t *)&lb_grant->gpu[e].budget_us);
                 sl->join_at = sl->quiet_since = now;
-                ensure_helper();
+                lb_gate_ensure_helper();
             }
             int mark = st == LB_GRANT_RUN && !sl->no_marks;
             while (mark) {
-                poll_markers(sl, now);
+                lb_gate_poll_markers(sl, now);
                 if (lb_mk_room(&sl->mk, lb_mk_bound(sl->budget_us, now - sl->join_at)))
                     break;
                 pthread_mutex_unlock(&sl->mu);
@@ -316,7 +197,7 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
             if (mark && atomic_load(wp) != w)
                 continue;
             uint32_t prev = sl->issued;
-            count_batch(d, sl, now);
+            lb_gate_count_batch(d, sl, now);
             atomic_store_explicit(&f->open, w, memory_order_relaxed);
             if (mark)
                 sl->mk_n = prev, sl->issued = sl->mk.batch, sl->batch_k = kernels, sl->batch_b = blocks;
@@ -351,7 +232,7 @@ CUresult lb_gate_beyond(void)
 
 void lb_gate_after(int d, CUstream s, int per_thread)
 {
-    struct slow *sl = &g_slow[d];
+    struct slow *sl = &lb_gate_slow[d];
     __typeof__(&cuEventCreate) create = LB_REAL(cuEventCreate);
     __typeof__(&cuEventRecord) record = LB_REAL(cuEventRecord);
     if (!create || !record)
@@ -385,112 +266,4 @@ void lb_gate_after(int d, CUstream s, int per_thread)
     else if (sl->mk.nspare < LB_MK_RING)
         sl->mk.spare[sl->mk.nspare++] = ev;
     pthread_mutex_unlock(&sl->mu);
-}
-
-/* The work of the slice the process joined has finished on the GPU: waits for it (lock held;
- * released meanwhile), reports the drain. */
-static void drain(int d, struct slow *sl)
-{
-    uint32_t g = sl->joined, gen = sl->gen, launches = sl->slow_launches;
-    uintptr_t ctx = sl->ctx;
-    shut(d); /* every launch from here takes the slow path: counted in slow_launches */
-    pthread_mutex_unlock(&sl->mu);
-    __typeof__(&cuCtxGetCurrent) cur = LB_REAL(cuCtxGetCurrent);
-    __typeof__(&cuCtxSetCurrent) set = LB_REAL(cuCtxSetCurrent);
-    __typeof__(&cuCtxSynchronize) sync = LB_REAL(cuCtxSynchronize);
-    CUcontext old = NULL;
-    if (cur && set && sync && ctx && cur(&old) == CUDA_SUCCESS) {
-        if (set((CUcontext)ctx) == CUDA_SUCCESS)
-            (void)sync(); /* an error (the context is gone): nothing of it runs any more */
-        (void)set(old);
-    }
-    int64_t now = now_ns();
-    pthread_mutex_lock(&sl->mu);
-    if (sl->gen == gen && sl->slow_launches != launches)
-        return; /* it launched under the slice while this waited (the grant still said RUN): that
-                 * work runs, so the slice has not drained; the next tick looks again */
-    lb_sched_drained(sl->entry, g);
-    if (sl->gen == gen)
-        sl->joined = 0;
-    while (sl->mk.count)
-        lb_mk_done(&sl->mk, now); /* everything before the synchronisation has run */
-    count_batch(d, sl, now); /* and the next slice's first marker covers its own launch only */
-}
-
-/* One step of a held device (lock held). */
-static void tick(int d, struct slow *sl, int64_t now)
-{
-    const _Atomic uint32_t *wp = lb_sched_word(sl->entry);
-    uint32_t w = atomic_load_explicit(wp, memory_order_acquire), st = w & LB_GRANT_STATE_MASK, beat = lb_sched_beat(sl->entry);
-    if (beat != sl->seen)
-        sl->seen = beat, sl->seen_at = now;
-    if (now - sl->seen_at > LB_SCHED_DEAD_NS) {
-        shut(d); /* the launchers find the scheduler gone and pace alone */
-        return;
-    }
-    if ((st != LB_GRANT_RUN && st != LB_GRANT_FREE) || lb_sched_grant_id(sl->entry) != sl->joined) {
-        drain(d, sl);
-        return;
-    }
-    /* Launches since the last step: the container is busy (its neighbours' `default` policy
-     * reads it); the launch path itself never writes it while the slice is held. */
-    int32_t left = atomic_load_explicit(&lb_gates[d].left, memory_order_relaxed);
-    int launched = left != sl->seen_left || sl->slow_launches != sl->seen_slow;
-    if (launched) {
-        sl->seen_left = left, sl->seen_slow = sl->slow_launches, sl->quiet_since = now;
-        if (beat != sl->active)
-            lb_sched_active(sl->entry, beat), sl->active = beat;
-        lb_mark_launch(); /* the node monitor's view: the launch path skips it while the gate is open */
-    }
-    if (sl->free_join)
-        return;
-    unsigned queued = sl->mk.count;
-    poll_markers(sl, now);
-    if (sl->mk.count < queued)
-        sl->quiet_since = now; /* idle is measured from when its queue ran dry, not from its last
-                                * launch: a synchronisation after a burst is not idleness */
-    if (!launched && !sl->mk.count && now - sl->quiet_since >= IDLE_NS)
-        drain(d, sl); /* idle: its slice can go to another container */
-}
-
-static void *helper(void *arg)
-{
-    (void)arg;
-    lb_guard_enter(); /* our own driver calls pass straight through our wrappers */
-    /* Relaxed capture mode: the drain's synchronisation must not disturb another thread's
-     * capture (a global-mode capture forbids unsafe calls in every thread). */
-    __typeof__(&cuThreadExchangeStreamCaptureMode) xmode = LB_REAL(cuThreadExchangeStreamCaptureMode);
-    CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (xmode)
-        (void)xmode(&relaxed);
-    for (;;) {
-        int held = 0, one = -1, free_only = 1;
-        /* Read before the scan: a launcher that joins during it (after its device was looked at)
-         * kicks, and the wait below returns at once instead of sleeping through its slice. */
-        uint32_t kick = atomic_load(&g_kick);
-        int64_t now = now_ns();
-        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
-            struct slow *sl = &g_slow[d];
-            pthread_mutex_lock(&sl->mu);
-            if (sl->entry >= 0 && sl->joined) {
-                tick(d, sl, now);
-                if (sl->joined)
-                    held++, one = d, free_only &= sl->free_join;
-            }
-            pthread_mutex_unlock(&sl->mu);
-        }
-        if (!held) {
-            struct timespec ts = {1, 0};
-            syscall(SYS_futex, &g_kick, FUTEX_WAIT_PRIVATE, kick, &ts, NULL, 0);
-        } else if (held == 1) {
-            pthread_mutex_lock(&g_slow[one].mu);
-            int e = g_slow[one].entry;
-            pthread_mutex_unlock(&g_slow[one].mu);
-            const _Atomic uint32_t *wp = lb_sched_word(e);
-            lb_futex_wait(wp, atomic_load(wp), free_only ? FREE_TICK_NS : TICK_NS);
-        } else {
-            nap(TICK_NS);
-        }
-    }
-    return NULL;
 }

@@ -2,7 +2,8 @@
 // share a GPU exclusive time slices in proportion to their compute limits (CUDA_DEVICE_SM_LIMIT),
 // as their policies and priorities say, and charges every slice until the container's work of it
 // has drained, overruns included (docs/plugin.md, "vgpu-scheduler"). The decisions are a pure
-// state machine per GPU (gpu.go, driven by a clock the tests script); the node loop (node.go)
+// state machine per GPU (gpu.go, driven by a clock the tests script); the node (node.go: the
+// table of containers, containers.go: each one's files and seats, loop.go: one loop per GPU)
 // reads the containers' reports and writes their grants through plugin/schedproto.
 package timeslice
 

@@ -237,7 +237,14 @@ func (g *GPU) pending(s *seat, now time.Time) bool {
 }
 
 func (g *GPU) running(s *seat) bool {
-	return s.obs.Join.Grant == s.grant && s.obs.Join.Joins != s.obs.Join.Drains
+	return s.obs.Join.Grant == s.grant && !s.drained(s.grant)
+}
+
+// drained reports whether nothing of the container runs under slice id: every process that joined
+// it drained, or those that did not are dead (the kernel dropped their live locks: a process that
+// dies under its slice never reports its drain, and its work died with it).
+func (s *seat) drained(id uint32) bool {
+	return s.obs.Join.Drained(id) || s.obs.Gone(id)
 }
 
 func (g *GPU) busy(s *seat, now time.Time) bool {
@@ -377,7 +384,7 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 			g.holder, g.phase = nil, phaseNone // nobody to take turns with any more: it runs free
 			return
 		}
-		released := j.Grant == h.grant && j.Joins > 0 && j.Joins == j.Drains && !g.pending(h, now) // idle: its work drained
+		released := j.Grant == h.grant && j.Joins > 0 && h.drained(h.grant) && !g.pending(h, now) // idle: its work drained
 		unjoined := j.Grant != h.grant && now.Sub(g.start) >= g.cfg.JoinTimeout
 		switch {
 		case released || unjoined:
@@ -393,7 +400,7 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 	}
 	if g.phase == phaseDraining {
 		switch {
-		case j.Drained(h.grant):
+		case h.drained(h.grant):
 			g.trace(now, EvDrained, h)
 			h.drain += (now.Sub(h.revoked) - h.drain) / 4
 			g.holder, g.phase = nil, phaseNone

@@ -49,6 +49,9 @@ type simCtr struct {
 	grant uint32
 	bell  uint32                       // the bell last seen
 	lies  func(*simCtr, time.Duration) // an adversary rewriting its report each step
+	// liveLocks: its library keeps live locks: the node learns from the kernel whether a
+	// process that joined and did not drain lives (this model's one process, while joined).
+	liveLocks bool
 }
 
 // queued is the work this container has on the GPU.
@@ -247,7 +250,11 @@ func (s *sim) run(d time.Duration) {
 			}
 			rang = rang || c.rep.Bell != c.bell
 			c.bell = c.rep.Bell
-			s.g.Observe(c.id.Key, Observed{Entry: c.rep, OK: true}, at)
+			e := c.rep
+			if c.liveLocks {
+				e.LiveLocks, e.Live = true, c.joined != 0
+			}
+			s.g.Observe(c.id.Key, Observed{Entry: e, OK: true}, at)
 		}
 		// The node loop wakes at its next step, or when the holder rings its bell (the node
 		// sleeps on it while it waits for the holder's first launch or drain).

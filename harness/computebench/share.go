@@ -27,6 +27,9 @@ type Container struct {
 	// Die: its first process SIGKILLs itself this long after its start, right after a launch
 	// (while it holds the container's slice); the others go on. 0: none dies.
 	Die time.Duration `json:"die,omitempty"`
+	// Report: what the tenant puts in its scheduler report's place before its processes start
+	// (ReportPlants): a symlink, a directory, a short file. "": nothing.
+	Report string `json:"report,omitempty"`
 	// The share every 10 s window after the first 2 s must hold: Want ± the tolerance, or at
 	// least Min. Zero Want and Min: Limit/100 under force with a limit of 1..99, else not judged.
 	Want float64  `json:"want,omitempty"`
@@ -66,6 +69,9 @@ func (c Container) String() string {
 	if c.Die > 0 {
 		s += ",die=" + c.Die.String()
 	}
+	if c.Report != "" {
+		s += ",report=" + c.Report
+	}
 	if c.Want > 0 {
 		s += ",want=" + strconv.FormatFloat(c.Want, 'g', -1, 64)
 	}
@@ -83,7 +89,10 @@ type Scenario struct {
 	Containers []Container `json:"containers"`
 }
 
-const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die want min"
+const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report want min"
+
+// ReportPlants are what a container can put in its scheduler report's place (Container.Report).
+var ReportPlants = []string{"symlink", "dir", "short"}
 
 // ParseContainer reads a container spec: comma-separated key=value pairs (specKeys), e.g.
 // "limit=30,policy=force,workload=mix,start=1s". Defaults: policy force, workload uniform,
@@ -125,6 +134,8 @@ func ParseContainer(spec string, index int) (Container, error) {
 			if err == nil && (c.Start < 0 || c.Start > time.Hour) {
 				err = fmt.Errorf("want 0 to 1h")
 			}
+		case "report":
+			c.Report, err = v, oneOf(v, ReportPlants)
 		case "die":
 			c.Die, err = time.ParseDuration(v)
 			if err == nil && (c.Die <= 0 || c.Die > time.Hour) {

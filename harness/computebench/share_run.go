@@ -18,6 +18,7 @@ import (
 	"github.com/limitbed/limitbed/harness/gpuwork"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // SharedRunner runs scenarios of several containers on the GPUs of one fakegpu profile and
@@ -119,6 +120,9 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
+	if err := plantReport(dir, c.Report); err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
 	env := append(append([]string{}, gpu...), "FAKEGPU_CONTAINER="+c.Name, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(c.GPU))
 	if c.Policy != "none" {
 		env = append(env, "LD_PRELOAD="+r.Preload, libvars.SharedCache+"="+filepath.Join(dir, monitor.UsageCacheName),
@@ -145,6 +149,23 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// plantReport puts what a hostile container would in its scheduler report's place (in its own
+// cache directory, before its processes start).
+func plantReport(dir, plant string) error {
+	path := filepath.Join(dir, schedproto.ReportName)
+	switch plant {
+	case "":
+		return nil
+	case "symlink":
+		return os.Symlink("/dev/null", path)
+	case "dir":
+		return os.Mkdir(path, 0o755)
+	case "short":
+		return os.WriteFile(path, []byte("not a report"), 0o666)
+	}
+	return fmt.Errorf("report=%s: want one of %v", plant, ReportPlants)
 }
 
 func (p *proc) wait() error {

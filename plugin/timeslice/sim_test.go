@@ -567,17 +567,23 @@ func TestLiesHurtOnlyTheLiar(t *testing.T) {
 	}
 }
 
-// A container whose report cannot be read is never pending: it gets no slice, its neighbour keeps
-// its share.
+// A container whose report cannot be read (its processes made it something else) is read as always
+// busy: it gets the slices of its limit, each charged whole, and no more; its neighbour keeps its
+// share. Before, it was never pending: it got no slice, its processes paced themselves beside the
+// node's slices and the neighbour lost about 0.15 of the GPU.
 func TestUnreadableReport(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, DefaultConfig())
 	a := s.add("a", 30, PolicyForce, 1, workload{kernel: time.Millisecond})
 	s.g.Put(Identity{Key: "ghost", Limit: 50, Policy: PolicyForce, Priority: 0})
-	s.g.Observe("ghost", Observed{OK: false, Entry: schedproto.Entry{Want: 5}}, s.base)
+	s.g.Observe("ghost", Observed{OK: false, Blind: true}, s.base)
 	s.run(13 * time.Second)
 	within(t, "a", a.windows(), 0.30, simTol)
-	if st, _, _ := s.g.Grant("ghost"); st != schedproto.Wait {
-		t.Errorf("ghost state %v, want wait", st)
+	_, st := s.g.Stats()
+	if used := st["ghost"].Used.Seconds() / 13; math.Abs(used-0.50) > 0.02 {
+		t.Errorf("ghost charged %.3f of the GPU, want its 0.50: always busy, no more", used)
+	}
+	if st["ghost"].Slices < 100 {
+		t.Errorf("ghost got %d slices in 13 s, want one a period", st["ghost"].Slices)
 	}
 }

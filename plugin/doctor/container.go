@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/region"
@@ -29,8 +29,8 @@ func (r *podRun) open(ctx context.Context) error {
 }
 
 // read returns a file of the container; found is false when it does not exist.
-func read(ctx context.Context, c sandbox.Container, path string) (data []byte, found bool, err error) {
-	res, err := c.Exec(ctx, []string{"/bin/sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, sandbox.ExecOptions{})
+func read(ctx context.Context, c ctrexec.Container, path string) (data []byte, found bool, err error) {
+	res, err := c.Exec(ctx, []string{"/bin/sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, ctrexec.ExecOptions{})
 	if err != nil {
 		return nil, false, fmt.Errorf("exec in %s: %w", c, err)
 	}
@@ -135,7 +135,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	if err := r.open(ctx); err != nil {
 		return fail(name, err.Error(), "", "")
 	}
-	envRes, err := r.c.Exec(ctx, []string{"env"}, sandbox.ExecOptions{})
+	envRes, err := r.c.Exec(ctx, []string{"env"}, ctrexec.ExecOptions{})
 	if err != nil {
 		return fail(name, err.Error(), "", "")
 	}
@@ -236,7 +236,7 @@ func (r *podRun) envAgainstFile(name string, p *limitsfile.Parsed) (Check, bool)
 }
 
 // mountReadOnly reads the container's mount table for path.
-func mountReadOnly(ctx context.Context, c sandbox.Container, path string) (ro, found bool) {
+func mountReadOnly(ctx context.Context, c ctrexec.Container, path string) (ro, found bool) {
 	data, ok, err := read(ctx, c, "/proc/self/mountinfo")
 	if err != nil || !ok {
 		return false, false

@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor/metricname"
@@ -22,7 +22,7 @@ type nodeRun struct {
 	d       *Doctor
 	node    *corev1.Node
 	pp      pluginPod
-	pc      sandbox.Container // the device-plugin container; nil when unreachable
+	pc      ctrexec.Container // the device-plugin container; nil when unreachable
 	cfg     pluginConfig
 	want    map[string]bool   // <podUID>_<container> of live GPU containers that should have a .limits file
 	live    map[string]bool   // UIDs of the node's pods that are not gone
@@ -137,7 +137,7 @@ func (r *nodeRun) checkLimitsFiles(ctx context.Context) Check {
 		}
 	}
 	dir := r.pp.vgpuDir() + "/containers"
-	res, err := r.pc.Exec(ctx, []string{"/bin/ls", "-a", dir}, sandbox.ExecOptions{})
+	res, err := r.pc.Exec(ctx, []string{"/bin/ls", "-a", dir}, ctrexec.ExecOptions{})
 	if err != nil || res.ExitCode != 0 {
 		return fail(name, fmt.Sprintf("cannot list %s in the plugin pod: %v %s", dir, err, strings.TrimSpace(string(res.Stderr))), "", "")
 	}

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
@@ -96,7 +97,7 @@ func (r *podRun) compareView(name, session, tool string, out []byte, code int) C
 			cause := "the library is not loaded in this session, or it did not get the limit"
 			fix := "see the checks above"
 			if session == "login" {
-				cause = "a login session has no environment: the limit reaches it only through " + containerLimitsFile
+				cause = "a login session has no environment: the limit reaches it only through " + limitsfile.ContainerMountPath
 				if r.mode == v1.LimitDeliveryEnv {
 					cause += ", and the pod runs in env mode"
 					fix = "switch the pod to file mode (see delivery) and recreate it"

@@ -18,6 +18,7 @@ import (
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/launch"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"
@@ -41,13 +42,13 @@ func TestIntegrationLaunchEnvDocker(t *testing.T) {
 	b := sandboxtest.Docker(t)
 	p := cbuild.Build(t)
 	preload := filepath.Join(t.TempDir(), "ld.so.preload")
-	if err := os.WriteFile(preload, []byte(allocate.ContainerLibPath+"\n"+node.DriverDoublePath+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(preload, []byte(paths.ContainerLibPath+"\n"+node.DriverDoublePath+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spec := sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}, Mounts: []sandbox.Mount{
-		{HostPath: filepath.Join(p.Lib, "libvgpu.so"), ContainerPath: allocate.ContainerLibPath, ReadOnly: true},
+		{HostPath: filepath.Join(p.Lib, "libvgpu.so"), ContainerPath: paths.ContainerLibPath, ReadOnly: true},
 		{HostPath: filepath.Join(p.Lib, node.DriverDouble), ContainerPath: node.DriverDoublePath, ReadOnly: true},
-		{HostPath: preload, ContainerPath: allocate.ContainerPreloadPath, ReadOnly: true},
+		{HostPath: preload, ContainerPath: paths.ContainerPreloadPath, ReadOnly: true},
 	}}
 	for _, lib := range allocate.FakeDriverLibs {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{HostPath: filepath.Join(p.Lib, lib),

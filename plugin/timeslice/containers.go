@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
@@ -25,7 +24,7 @@ type ctr struct {
 }
 
 func (n *Node) open(key string) *ctr {
-	g, err := schedproto.OpenGrant(filepath.Join(n.GrantDir, key+GrantSuffix))
+	g, err := schedproto.OpenGrant(schedproto.GrantPath(n.GrantDir, key))
 	if err != nil {
 		n.Logger.Error(err, "Cannot map a grant file", "container", key)
 		return nil
@@ -77,7 +76,7 @@ func (n *Node) reopenReport(c *ctr) {
 	if c.report != nil {
 		n.withGPUs(c, func() { _ = c.report.Close(); c.report = nil })
 	}
-	r, err := schedproto.OpenReport(filepath.Join(n.ContainersDir, c.key, schedproto.ReportName))
+	r, err := schedproto.OpenReport(schedproto.ReportPath(n.ContainersDir, c.key))
 	if err != nil {
 		return // not created yet (no process launched), or not a report: nothing is pending
 	}

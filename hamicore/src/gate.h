@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "context.h"
+#include "ctxcache.h"
 #include "limitbed/cuda_abi.h"
 #include "region.h"
 

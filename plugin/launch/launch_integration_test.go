@@ -16,6 +16,7 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/launch"
 	"github.com/limitbed/limitbed/plugin/paths"
@@ -101,7 +102,7 @@ func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) launch.Resu
 	if errors.Is(err, sandbox.ErrUnsupported) && c.Backend() == "host" {
 		// The host backend offers what this machine has installed (sudo is often absent); the
 		// workload image has every tool, so there a missing one fails the test.
-		t.Skip(err.Error())
+		tier.Unavailable(t, tier.HostLoginTools.For(m.Name), err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/limitbed/limitbed/fakegpu/profile"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Paths are the built artefacts the judge runs (internal/cbuild gives them to tests).
@@ -74,7 +75,7 @@ func newPod(cfg Config, dir string) (*pod, error) {
 	if err := os.WriteFile(p.profile, prof.Bytes(), 0o644); err != nil {
 		return nil, fmt.Errorf("profile: %w", err)
 	}
-	p.cache = filepath.Join(p.dir, "usage.cache")
+	p.cache = filepath.Join(p.dir, paths.UsageCacheName)
 	p.limits = filepath.Join(dir, "limits")
 	vars := map[string]string{libvars.SharedCache: p.cache, libvars.SMLimit: "100", libvars.LogLevel: "1"}
 	for i, l := range cfg.Limits {

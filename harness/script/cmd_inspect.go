@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
 	"github.com/limitbed/limitbed/plugin/paths"
 )
@@ -83,7 +84,7 @@ func cmdLimitsfile(ts *testscript.TestScript, neg bool, args []string) {
 	c := getState(ts).ctr(ts, args[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := c.Exec(ctx, []string{"cat", "/overrideEnv"}, sandbox.ExecOptions{})
+	res, err := c.Exec(ctx, []string{"cat", limitsfile.ContainerMountPath}, sandbox.ExecOptions{})
 	ts.Check(err)
 	switch {
 	case res.ExitCode != 0 && !neg:

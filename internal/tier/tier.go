@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Tier is something a test needs from the machine.
@@ -80,7 +83,7 @@ var HostLoginTools = Tier{name: "the host's login tools (su, sudo, login, script
 var CleanHost = Tier{name: "a host without its own /overrideEnv and /etc/ld.so.preload",
 	provide: "run on a machine that is not a limited node (one with libvgpu.so installed has them)", ci: true,
 	probe: func() error {
-		for _, p := range []string{"/overrideEnv", "/etc/ld.so.preload"} {
+		for _, p := range []string{limitsfile.ContainerMountPath, paths.ContainerPreloadPath} {
 			if _, err := os.Lstat(p); err == nil {
 				return fmt.Errorf("the host has %s", p)
 			}

@@ -24,7 +24,8 @@ trap 'rm -rf "$ctx"' EXIT
 r=$ctx/rootfs
 mkdir -p "$r/usr/bin" "$r/bin" "$r/k8s-vgpu/lib/nvidia" "$r/k8s-vgpu/bin" "$r/fakegpu/lib" "$r/fakegpu/profiles" "$r/fakegpu/bin"
 
-CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -buildid=" -o "$r/usr/bin/" \
+# The node binaries as make go builds them (scripts/build-go.sh: its flags and tags).
+CGO_ENABLED=1 scripts/build-go.sh "$r/usr/bin" \
 	./plugin/cmd/vgpu-device-plugin ./plugin/cmd/vgpu-monitor ./plugin/cmd/vgpu-scheduler || die "go build failed"
 # The shared libraries the binaries and the fake driver link, at their host paths (plus the loader).
 for bin in "$r/usr/bin/"* "$OUT/lib/libcuda.so.1" "$OUT/lib/libnvidia-ml.so.1"; do

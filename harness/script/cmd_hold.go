@@ -11,13 +11,14 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/hold"
 	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
-// holder is a launch.Holder of a script's container.
+// holder is a hold.Holder of a script's container.
 type holder struct {
-	*launch.Holder
+	*hold.Holder
 	container string
 }
 
@@ -52,7 +53,7 @@ func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	h, err := launch.Hold(ctx, c, m, launch.HoldSpec{Name: *as, Cudaprobe: node.ToolDir + "/cudaprobe", MiB: mib, API: *api, Env: envs})
+	h, err := hold.Start(ctx, c, m, hold.Spec{Name: *as, Cudaprobe: node.ToolDir + "/cudaprobe", MiB: mib, API: *api, Env: envs})
 	ts.Check(err)
 	st.holders[*as] = &holder{Holder: h, container: args[1]}
 	fmt.Fprintf(ts.Stdout(), "%s\n", h.Report)

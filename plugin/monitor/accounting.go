@@ -15,6 +15,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Driver-truth accounting: every period the monitor reads the driver's
@@ -406,5 +407,5 @@ func (a *Accounting) explain(rep *Report) {
 }
 
 func (a *Accounting) regionPath(k identity.Key) string {
-	return filepath.Join(a.Dir, k.String(), UsageCacheName)
+	return filepath.Join(a.Dir, k.String(), paths.UsageCacheName)
 }

@@ -21,6 +21,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -307,7 +308,7 @@ func TestAccountingCause(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join(dir, UsageCacheName)
+			path := filepath.Join(dir, paths.UsageCacheName)
 			if err := os.WriteFile(path, c.spec.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}

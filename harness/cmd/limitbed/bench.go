@@ -13,6 +13,9 @@ import (
 
 	"github.com/limitbed/limitbed/harness/computebench"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // runGateBench: `limitbed bench gate`: the instructions libvgpu.so adds to a launch, natively, with
@@ -53,7 +56,8 @@ func runGateBench(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 // runPodFiles: `limitbed bench pod`: the files the device plugin writes at Allocate for a container
-// on a node with the compute scheduler (its limits file, cache directory and grant file), for
+// on a node with the compute scheduler (its limits file, cache directory and grant file, written
+// by the plugin's own Allocate), for
 // processes started by hand on a real GPU (scripts/gpu-check.sh, section sched).
 func runPodFiles(env *cliEnv, args []string) error {
 	fs := flag.NewFlagSet("bench pod", flag.ContinueOnError)
@@ -74,13 +78,12 @@ func runPodFiles(env *cliEnv, args []string) error {
 	if c.Policy == "none" {
 		return &exitError{2, fmt.Errorf("--container: policy none has no files")}
 	}
-	key := c.Name + "_main"
-	containers, grants := filepath.Join(*hook, "vgpu", "containers"), filepath.Join(*hook, "vgpu", "sched")
-	if err := computebench.RecordContainer(containers, grants, key, c, *gpu); err != nil {
+	_, resp, err := computebench.RecordContainer(*hook, c, *gpu)
+	if err != nil {
 		return &exitError{1, fmt.Errorf("bench pod: %w", err)}
 	}
-	fmt.Fprintf(env.stdout, "%s %s %s\n", filepath.Join(containers, key), filepath.Join(containers, key+".limits"),
-		filepath.Join(grants, key+".grant"))
+	fmt.Fprintf(env.stdout, "%s %s %s\n", computebench.MountHost(resp, paths.ContainerVGPUDir),
+		computebench.MountHost(resp, limitsfile.ContainerMountPath), computebench.MountHost(resp, schedproto.ContainerGrantPath))
 	return nil
 }
 

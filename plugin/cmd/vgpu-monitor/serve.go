@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/identity/kubesource"
 	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // serve sweeps every o.interval, decides the compute policy, runs the
@@ -35,11 +36,11 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	dir := allocate.ContainersDir(o.hookPath)
+	dir := paths.ContainersDir(o.hookPath)
 	// One identity snapshot per period, shared by the compute policy and the accounting.
-	src := &identity.Sources{Pods: &identity.APIServer{Kube: kube, NodeName: o.nodeName}, ResourceName: eff.ResourceCountName, ContainersDir: dir}
+	src := &identity.Sources{Pods: &kubesource.APIServer{Kube: kube, NodeName: o.nodeName}, ResourceName: eff.ResourceCountName, ContainersDir: dir}
 	if o.podResources != "" {
-		src.Devices = &identity.Kubelet{Socket: o.podResources}
+		src.Devices = &kubesource.Kubelet{Socket: o.podResources}
 	}
 	ids := &identity.Cached{Source: src, MaxAge: shortestPeriod(o.feedback, o.accounting) / 2}
 	reg := prometheus.NewRegistry()

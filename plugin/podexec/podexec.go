@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 )
 
 // Target is one container of a pod.
@@ -31,7 +31,7 @@ func (t Target) String() string { return t.Namespace + "/" + t.Pod + "/" + t.Con
 
 // Exec runs cmd with the container's environment plus opts.Env (through env(1)), as opts.User
 // through runuser(1) when set (the API has no user field). A non-zero exit is a result, not an error.
-func (t Target) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+func (t Target) Exec(ctx context.Context, cmd []string, opts ctrexec.ExecOptions) (ctrexec.ExecResult, error) {
 	argv := cmd
 	if len(opts.Env) > 0 {
 		keys := make([]string, 0, len(opts.Env))
@@ -54,11 +54,11 @@ func (t Target) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions
 	}, scheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(t.REST, "POST", req.URL())
 	if err != nil {
-		return sandbox.ExecResult{}, fmt.Errorf("exec in %s: %w", t, err)
+		return ctrexec.ExecResult{}, fmt.Errorf("exec in %s: %w", t, err)
 	}
 	var out, errb bytes.Buffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: &out, Stderr: &errb})
-	res := sandbox.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
+	res := ctrexec.ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes()}
 	var ee utilexec.ExitError
 	switch {
 	case err == nil:

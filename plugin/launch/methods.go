@@ -1,4 +1,4 @@
-// Package launch starts a command in a sandbox container the ways a user can: through the runtime
+// Package launch starts a command in a container (plugin/ctrexec) the ways a user can: through the runtime
 // (exec, like kubectl exec), from a shell (bash -c, &), and through real login machinery (su -, sudo,
 // ssh, cron, login, runuser -l) that builds a fresh environment. Each launch reports the command's
 // stdout, stderr, exit code, the environment and user the process saw, and cudaprobe's JSON line.
@@ -6,6 +6,9 @@
 // Every method runs the same job script, so what differs between methods is only how the job is
 // started: the script records `env` and `id -un` from inside the started process, then runs the
 // command in a subshell with its output redirected to files, and writes the exit code last.
+//
+// The doctor runs its `su -` check through it and the test bed every method, so it is production
+// code the harness imports.
 package launch
 
 import (
@@ -13,7 +16,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 )
 
 // Method is one way of starting a process in a container.
@@ -28,7 +31,7 @@ type Method struct {
 	// Doc says what the method runs, for reports and docs/harness-backends.md.
 	Doc string
 
-	needs []sandbox.Feature // container features the method needs
+	needs []ctrexec.Feature // container features the method needs
 	tools []string          // commands that must exist in the container
 	// argv is the command exec'd (as root, with the container's environment) to start the job;
 	// job is the job script's path and dir the job's directory, both inside the container.
@@ -41,7 +44,7 @@ type Method struct {
 	poke func(job, dir string) []string
 }
 
-const tenant = sandbox.TenantUser
+const tenant = ctrexec.TenantUser
 
 // methods is the table of launch methods. Everything that differs between methods is here.
 var methods = []Method{
@@ -105,7 +108,7 @@ var methods = []Method{
 		Name: "ssh", KeepsEnv: false, User: tenant,
 		Doc: "an ssh login by key over loopback from inside the container (the host may have no " +
 			"route to it): `ssh tenant@127.0.0.1 sh JOB`",
-		needs: []sandbox.Feature{sandbox.FeatureSSH},
+		needs: []ctrexec.Feature{ctrexec.FeatureSSH},
 		tools: []string{"ssh", "ssh-keygen"},
 		argv:  sshArgv,
 	},
@@ -113,7 +116,7 @@ var methods = []Method{
 		Name: "cron", KeepsEnv: false, User: tenant,
 		Doc: "the container's cron daemon: a line `* * * * * tenant ...` in /etc/cron.d, removed after " +
 			"its first run; runs at the next minute boundary (up to 60 s)",
-		needs:    []sandbox.Feature{sandbox.FeatureCron},
+		needs:    []ctrexec.Feature{ctrexec.FeatureCron},
 		tools:    []string{"cron"},
 		argv:     cronInstallArgv,
 		detached: true,
@@ -140,27 +143,27 @@ func Lookup(name string) (Method, error) {
 }
 
 // Needs lists the container features m needs beyond exec (sshd, a cron daemon).
-func (m Method) Needs() []sandbox.Feature { return append([]sandbox.Feature(nil), m.needs...) }
+func (m Method) Needs() []ctrexec.Feature { return append([]ctrexec.Feature(nil), m.needs...) }
 
 // supported returns nil when c offers what m needs.
-func (m Method) supported(ctx context.Context, c sandbox.Container) error {
+func (m Method) supported(ctx context.Context, c ctrexec.Container) error {
 	for _, f := range m.needs {
 		if !c.Supports(f) {
 			return fmt.Errorf("%w: launch method %q needs %s, which the %s backend does not offer",
-				sandbox.ErrUnsupported, m.Name, f, c.Backend())
+				ctrexec.ErrUnsupported, m.Name, f, c.Backend())
 		}
 	}
 	if len(m.tools) == 0 {
 		return nil
 	}
 	script := `for t; do command -v "$t" >/dev/null || echo "$t"; done`
-	res, err := c.Exec(ctx, append([]string{"sh", "-c", script, "need"}, m.tools...), sandbox.ExecOptions{})
+	res, err := c.Exec(ctx, append([]string{"sh", "-c", script, "need"}, m.tools...), ctrexec.ExecOptions{})
 	if err != nil {
 		return fmt.Errorf("launch %q: look up %v: %w", m.Name, m.tools, err)
 	}
 	if missing := strings.Fields(string(res.Stdout)); len(missing) > 0 {
 		return fmt.Errorf("%w: launch method %q needs %s, missing in this %s container",
-			sandbox.ErrUnsupported, m.Name, strings.Join(missing, ", "), c.Backend())
+			ctrexec.ErrUnsupported, m.Name, strings.Join(missing, ", "), c.Backend())
 	}
 	return nil
 }

@@ -1,30 +1,36 @@
-/* The launch gate's slow path, shared by its three files (gate.h is the launch path's view):
- * gate.c decides a launch (waits for the slice, or paces alone) and records its markers;
- * gatehelper.c is the helper thread that reports drains and releases an idle slice;
- * gatestate.c holds the per-device state both use, and the marker ring's polling and counting.
- * Calls go one way: gate.c -> gatehelper.c -> gatestate.c (internal/ccallgraph holds it). */
-#ifndef LB_GATESLOW_H
-#define LB_GATESLOW_H
+/* The launch gate's per-device state (gatestate.c): what the fast path reads (gate.h inlines it
+ * into every launch path) and what the slow path keeps. The gate is three files: gate.c decides a
+ * launch (waits for the slice, or paces alone) and records its markers; gatehelper.c
+ * (gatehelper.h) is the helper thread that reports drains and releases an idle slice; gatestate.c
+ * holds the state both use, and the marker ring's polling and counting. Calls go one way:
+ * gate.c -> gatehelper.c -> gatestate.c (internal/ccallgraph holds it). */
+#ifndef LB_GATESTATE_H
+#define LB_GATESTATE_H
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <time.h>
 
-#include "gate.h"
 #include "markers.h"
+#include "region.h"
 
 /* Declared hidden: -fvisibility=hidden covers definitions only (charge.h says why it matters). */
 #define LB_GATE_HIDDEN __attribute__((visibility("hidden")))
 
+/* What the fast path reads of a device, alone on its cache line. A launch passes when the word
+ * `word` points to holds `open` (the grant word under which this process may launch) and a
+ * launch of the current batch is left (markers.h); anything else is the slow path's to decide. */
+struct lb_gate_fast {
+    _Atomic(const _Atomic uint32_t *) word;
+    _Atomic uint32_t open;
+    _Atomic int32_t left;
+} __attribute__((aligned(64)));
+
+extern struct lb_gate_fast lb_gates[LB_REGION_MAX_DEVICES];
+/* 1 once a device is limited or scheduled: launches then ask the gate. */
+extern int lb_launch_gated;
+
 #define LB_SCHED_DEAD_NS 500000000LL /* a grant word unchanged this long: the scheduler stopped */
-#define WANT_EVERY_NS 10000000LL     /* a waiting launcher bumps want at least this often */
-#define WAIT_NS 10000000LL           /* and sleeps on the grant word at most this long at a time */
-#define IDLE_NS 2000000LL            /* a holder with nothing launched or queued this long releases */
-#define TICK_NS 1000000LL            /* the helper's step while the process holds a slice */
-#define FREE_TICK_NS 20000000LL      /* ... while it only runs free (the launcher sees a revoke itself) */
-#define MARK_POLL_NS 100000LL        /* a launcher waiting for queue room looks again this often */
 
 enum mode { M_UNKNOWN, M_SCHED, M_SELF };
 
@@ -59,29 +65,8 @@ extern struct slow lb_gate_slow[LB_REGION_MAX_DEVICES] LB_GATE_HIDDEN;
 /* Never 0: a device's word pointing at it sends every launch to the slow path (gate.c). */
 extern const _Atomic uint32_t lb_gate_shut LB_GATE_HIDDEN;
 
-static inline int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static inline void nap(int64_t ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
-static inline void shut(int d) { atomic_store_explicit(&lb_gates[d].word, &lb_gate_shut, memory_order_relaxed); }
-
 /* gatestate.c: the marker ring of a device (lock held). */
 void lb_gate_poll_markers(struct slow *sl, int64_t now) LB_GATE_HIDDEN;
 void lb_gate_count_batch(int d, struct slow *sl, int64_t now) LB_GATE_HIDDEN;
-
-/* gatehelper.c: the helper thread, started (or woken) when the process joins a slice. */
-void lb_gate_ensure_helper(void) LB_GATE_HIDDEN;
-/* In a forked child: no helper runs there yet. */
-void lb_gate_helper_after_fork(void) LB_GATE_HIDDEN;
 
 #endif

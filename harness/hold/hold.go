@@ -1,4 +1,7 @@
-package launch
+// Package hold keeps a cudaprobe's memory allocated in a container until it is stopped or killed,
+// started through any launch method (plugin/launch): the test bed's way to hold memory while a
+// monitor or a neighbour is judged.
+package hold
 
 import (
 	"bytes"
@@ -11,10 +14,11 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
-// HoldSpec is a cudaprobe that keeps its memory until it is stopped (or killed).
-type HoldSpec struct {
+// Spec is a cudaprobe that keeps its memory until it is stopped (or killed).
+type Spec struct {
 	Name      string   // names its files in the container (/tmp/limitbed-hold-<name>.*)
 	Cudaprobe string   // its path in the container
 	MiB       int      // what it allocates
@@ -22,7 +26,7 @@ type HoldSpec struct {
 	Env       []string // K=V set in its own environment (no quote, no newline)
 }
 
-// Holder is a running HoldSpec.
+// Holder is a running Spec.
 type Holder struct {
 	Name  string
 	c     sandbox.Container
@@ -32,10 +36,10 @@ type Holder struct {
 	Report json.RawMessage
 }
 
-// Hold starts spec through m in c and returns once cudaprobe reported its allocation (granted or
+// Start starts spec through m in c and returns once cudaprobe reported its allocation (granted or
 // not: the report says), or fails when it ended first or ctx ended. The holder's shell records
 // when the allocation was reported (GrantedAt) and cudaprobe's exit status (Ended).
-func Hold(ctx context.Context, c sandbox.Container, m Method, spec HoldSpec) (*Holder, error) {
+func Start(ctx context.Context, c sandbox.Container, m launch.Method, spec Spec) (*Holder, error) {
 	if spec.API == "" {
 		spec.API = "symbols"
 	}
@@ -52,7 +56,7 @@ func Hold(ctx context.Context, c sandbox.Container, m Method, spec HoldSpec) (*H
 while ! grep -q '^{' %[1]s.out 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 0.02; done; date +%%s.%%N > %[1]s.at
 wait $!; rc=$?; date +%%s.%%N > %[1]s.end; echo $rc > %[1]s.rc`, f, env, spec.Cudaprobe, spec.MiB, spec.API)
 	go func() {
-		_, err := Run(context.Background(), c, m, cmd)
+		_, err := launch.Run(context.Background(), c, m, cmd)
 		h.done <- err
 	}()
 	for {

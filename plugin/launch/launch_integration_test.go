@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/launch"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 const limitVar, limitVal = "CUDA_DEVICE_MEMORY_LIMIT_0", "3000m"
@@ -41,13 +43,13 @@ func TestIntegrationLaunchEnvDocker(t *testing.T) {
 	b := sandboxtest.Docker(t)
 	p := cbuild.Build(t)
 	preload := filepath.Join(t.TempDir(), "ld.so.preload")
-	if err := os.WriteFile(preload, []byte(allocate.ContainerLibPath+"\n"+node.DriverDoublePath+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(preload, []byte(paths.ContainerLibPath+"\n"+node.DriverDoublePath+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spec := sandbox.ContainerSpec{Env: map[string]string{limitVar: limitVal}, Mounts: []sandbox.Mount{
-		{HostPath: filepath.Join(p.Lib, "libvgpu.so"), ContainerPath: allocate.ContainerLibPath, ReadOnly: true},
+		{HostPath: filepath.Join(p.Lib, "libvgpu.so"), ContainerPath: paths.ContainerLibPath, ReadOnly: true},
 		{HostPath: filepath.Join(p.Lib, node.DriverDouble), ContainerPath: node.DriverDoublePath, ReadOnly: true},
-		{HostPath: preload, ContainerPath: allocate.ContainerPreloadPath, ReadOnly: true},
+		{HostPath: preload, ContainerPath: paths.ContainerPreloadPath, ReadOnly: true},
 	}}
 	for _, lib := range allocate.FakeDriverLibs {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{HostPath: filepath.Join(p.Lib, lib),
@@ -100,7 +102,7 @@ func checkMethod(t *testing.T, c sandbox.Container, m launch.Method) launch.Resu
 	if errors.Is(err, sandbox.ErrUnsupported) && c.Backend() == "host" {
 		// The host backend offers what this machine has installed (sudo is often absent); the
 		// workload image has every tool, so there a missing one fails the test.
-		t.Skip(err.Error())
+		tier.Unavailable(t, tier.HostLoginTools.For(m.Name), err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

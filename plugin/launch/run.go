@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 )
 
 // jobRoot holds one directory per launch inside the container.
@@ -33,14 +33,14 @@ type Result struct {
 	// ProbeJSON is that line as is, for decoding into a typed report.
 	ProbeJSON json.RawMessage
 	// Launcher is the output of the exec that started the method (su, ssh, login messages).
-	Launcher sandbox.ExecResult
+	Launcher ctrexec.ExecResult
 	Elapsed  time.Duration
 }
 
 // Run starts command (a shell command line, e.g. `cudaprobe --mib 4096`) in c through m and waits for
 // it. Detached methods (cron) wait until the job has run, bounded by ctx: give cron at least 70 s.
-// It returns an error wrapping sandbox.ErrUnsupported when c cannot offer m.
-func Run(ctx context.Context, c sandbox.Container, m Method, command string) (Result, error) {
+// It returns an error wrapping ctrexec.ErrUnsupported when c cannot offer m.
+func Run(ctx context.Context, c ctrexec.Container, m Method, command string) (Result, error) {
 	if err := m.supported(ctx, c); err != nil {
 		return Result{}, err
 	}
@@ -60,12 +60,12 @@ func Run(ctx context.Context, c sandbox.Container, m Method, command string) (Re
 	defer func() {
 		cleanup := context.WithoutCancel(ctx)
 		if m.undo != nil {
-			_, _ = c.Exec(cleanup, m.undo(job, dir), sandbox.ExecOptions{})
+			_, _ = c.Exec(cleanup, m.undo(job, dir), ctrexec.ExecOptions{})
 		}
-		_, _ = c.Exec(cleanup, []string{"rm", "-rf", dir}, sandbox.ExecOptions{})
+		_, _ = c.Exec(cleanup, []string{"rm", "-rf", dir}, ctrexec.ExecOptions{})
 	}()
 
-	launcher, err := c.Exec(ctx, m.argv(job, dir), sandbox.ExecOptions{})
+	launcher, err := c.Exec(ctx, m.argv(job, dir), ctrexec.ExecOptions{})
 	if err != nil {
 		return fail("start: %w", err)
 	}
@@ -128,10 +128,10 @@ mv "$D/rc.tmp" "$D/rc"
 }
 
 // writeJob creates the job directory (writable by the unprivileged user methods switch to) and script.
-func writeJob(ctx context.Context, c sandbox.Container, dir, script string) error {
+func writeJob(ctx context.Context, c ctrexec.Container, dir, script string) error {
 	res, err := c.Exec(ctx, []string{"sh", "-c",
 		`mkdir -p "$1" && chmod 0777 "$1" && cat > "$1/run" && chmod 0755 "$1/run"`, "write-job", dir},
-		sandbox.ExecOptions{Stdin: strings.NewReader(script)})
+		ctrexec.ExecOptions{Stdin: strings.NewReader(script)})
 	if err != nil {
 		return fmt.Errorf("write job: %w", err)
 	}
@@ -145,16 +145,16 @@ func writeJob(ctx context.Context, c sandbox.Container, dir, script string) erro
 const pokeEvery = 10 * time.Second
 
 // waitJob polls for the job's exit-code file, poking the method's scheduler while it waits.
-func waitJob(ctx context.Context, c sandbox.Container, m Method, job, dir string) error {
+func waitJob(ctx context.Context, c ctrexec.Container, m Method, job, dir string) error {
 	lastPoke := time.Now()
 	for {
 		if m.poke != nil && time.Since(lastPoke) >= pokeEvery {
 			lastPoke = time.Now()
-			if _, err := c.Exec(ctx, m.poke(job, dir), sandbox.ExecOptions{}); err != nil {
+			if _, err := c.Exec(ctx, m.poke(job, dir), ctrexec.ExecOptions{}); err != nil {
 				return fmt.Errorf("wait for the job: poke: %w", err)
 			}
 		}
-		res, err := c.Exec(ctx, []string{"test", "-e", dir + "/rc"}, sandbox.ExecOptions{})
+		res, err := c.Exec(ctx, []string{"test", "-e", dir + "/rc"}, ctrexec.ExecOptions{})
 		if err != nil {
 			return fmt.Errorf("wait for the job: %w", err)
 		}
@@ -170,9 +170,9 @@ func waitJob(ctx context.Context, c sandbox.Container, m Method, job, dir string
 }
 
 // readJob fetches the job's files in one exec, each as "name size\n" then its bytes.
-func readJob(ctx context.Context, c sandbox.Container, dir string) (map[string][]byte, error) {
+func readJob(ctx context.Context, c ctrexec.Container, dir string) (map[string][]byte, error) {
 	script := `cd "$1" && shift && for f; do [ -f "$f" ] && printf '%s %s\n' "$f" "$(wc -c < "$f")" && cat "$f"; done; exit 0`
-	res, err := c.Exec(ctx, append([]string{"sh", "-c", script, "read-job", dir}, jobFiles...), sandbox.ExecOptions{})
+	res, err := c.Exec(ctx, append([]string{"sh", "-c", script, "read-job", dir}, jobFiles...), ctrexec.ExecOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read job results: %w", err)
 	}

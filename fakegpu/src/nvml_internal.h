@@ -56,5 +56,7 @@ const fg_device *fg_nv_device(const fg_nvdev *d);
 /* Bytes in use on a handle: a GPU in MIG mode sums its instances. Takes the state lock. */
 uint64_t fg_nv_used(const fg_nvdev *d);
 uint64_t fg_nv_total(const fg_nvdev *d);
+/* Forgets the rows FAKEGPU_NVML_STALE_MS keeps listed (nvml_process.c). */
+void fg_nv_forget_stale(void);
 
 #endif

@@ -1,0 +1,221 @@
+package script
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/identity"
+)
+
+// The node monitor's PID-reuse case in containers (docs/attacks.md): a process of one container
+// ends and a new process of another container takes its host PID. The host's side plays it with
+// fakegpu's spawnat (clone3 with set_tid, as root): the new process is born in the other
+// container's cgroups and PID namespace with the PID chosen.
+
+// taker is a process started by reusepid.
+type taker struct {
+	cmd  *exec.Cmd
+	pid  int // its host PID
+	done chan struct{}
+}
+
+const reuseUsage = "reusepid HOLDER CONTAINER --as=NAME | alive NAME [--for=DURATION] | ! alive NAME"
+
+// cmdReusePID starts `sleep` in CONTAINER as the process with the host PID that the holder HOLDER
+// had (the holder has ended: released, or killed and waited for with `! held`), named NAME.
+func cmdReusePID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: %s", reuseUsage)
+	}
+	st := getState(ts)
+	fs := flag.NewFlagSet("reusepid", flag.ContinueOnError)
+	as := fs.String("as", "", "")
+	parseFlags(ts, reuseUsage, fs, args[2:], 0)
+	pid := st.hostPIDs[args[0]]
+	if pid == 0 || *as == "" || st.takers[*as] != nil {
+		ts.Fatalf("reusepid: holder %s's host PID %d, name %q (a holder of a container with a runtime ID, a new name)\nusage: %s", args[0], pid, *as, reuseUsage)
+	}
+	c := st.ctr(ts, args[1])
+	procs, err := containerProcs(sandbox.RuntimeID(c))
+	ts.Check(err)
+	initPID := 0
+	for _, p := range procs {
+		if p.NSPID == 1 {
+			initPID = p.PID
+		}
+	}
+	if initPID == 0 {
+		ts.Fatalf("reusepid: container %s's first process is not on this host's /proc", args[1])
+	}
+	dirs, err := cgroupDirs(initPID)
+	ts.Check(err)
+	var last error
+	for try := 0; try < 5; try++ {
+		tk, err := st.spawnAt(dirs, initPID, 20000+rand.IntN(10000), pid)
+		if err == nil {
+			st.takers[*as] = tk
+			ts.Logf("process %d of container %s took the PID of holder %s", pid, args[1], args[0])
+			return
+		}
+		last = err
+	}
+	ts.Fatalf("reusepid: %v", last)
+}
+
+// spawnAt runs spawnat: `sleep 3600` as host PID pid, nspid in the PID namespace of initPID,
+// in the cgroups dirs.
+func (st *state) spawnAt(dirs []string, initPID, nspid, pid int) (*taker, error) {
+	args := []string{}
+	for _, d := range dirs {
+		args = append(args, "--cgroup", d)
+	}
+	args = append(args, "--pidns-of", strconv.Itoa(initPID), "--nspid", strconv.Itoa(nspid), strconv.Itoa(pid), "sleep", "3600")
+	cmd := exec.Command(filepath.Join(st.artifacts.Bin, "spawnat"), args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	tk := &taker{cmd: cmd, pid: pid, done: make(chan struct{})}
+	line, rerr := bufio.NewReader(out).ReadString('\n')
+	go func() { _ = cmd.Wait(); close(tk.done) }()
+	if rerr != nil || strings.TrimSpace(line) != strconv.Itoa(pid) {
+		<-tk.done
+		return nil, fmt.Errorf("spawnat %v: %q %v: %s", args, line, rerr, stderr.String())
+	}
+	return tk, nil
+}
+
+// cmdAlive asserts the process NAME of reusepid still runs, and with --for=DURATION that it keeps
+// running that long; negated, that it ended.
+func cmdAlive(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 {
+		ts.Fatalf("usage: %s", reuseUsage)
+	}
+	fs := flag.NewFlagSet("alive", flag.ContinueOnError)
+	during := fs.Duration("for", 0, "")
+	parseFlags(ts, reuseUsage, fs, args[1:], 0)
+	tk := getState(ts).takers[args[0]]
+	if tk == nil {
+		ts.Fatalf("alive: no process %s (reusepid first)", args[0])
+	}
+	select {
+	case <-tk.done:
+		if !neg {
+			ts.Fatalf("process %s (host PID %d) ended: %v", args[0], tk.pid, tk.cmd.ProcessState)
+		}
+	case <-time.After(*during):
+		if neg {
+			ts.Fatalf("process %s (host PID %d) still runs", args[0], tk.pid)
+		}
+	}
+}
+
+func (tk *taker) stop() {
+	_ = syscall.Kill(tk.pid, syscall.SIGKILL)
+	select {
+	case <-tk.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// recordHostPID keeps the host PID of holder name, the process that calls itself nspid in c (when
+// the backend's containers have a runtime ID the host's /proc names).
+func (st *state) recordHostPID(c sandbox.Container, name string, nspid int) {
+	procs, err := containerProcs(sandbox.RuntimeID(c))
+	if err != nil {
+		return
+	}
+	for _, p := range procs {
+		if p.NSPID == nspid {
+			st.hostPIDs[name] = p.PID
+		}
+	}
+}
+
+// containerProcs lists the host's processes of the container with runtime ID rid
+// ("docker://<id>"), read as the node's monitor reads them.
+func containerProcs(rid string) ([]identity.Process, error) {
+	_, id, ok := strings.Cut(rid, "://")
+	if !ok || id == "" {
+		return nil, fmt.Errorf("container runtime ID %q: the backend's containers have no cgroup of their own", rid)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []identity.Process
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, err := identity.ReadProcess("/proc", pid); err == nil && p.ContainerID == id {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// cgroupDirs are the directories of process pid's cgroups (other than a hierarchy's root), on the
+// host's cgroup mounts.
+func cgroupDirs(pid int) ([]string, error) {
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return nil, err
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	type mount struct {
+		dir, fstype string
+		opts        []string
+	}
+	var mounts []mount
+	for _, l := range strings.Split(string(mi), "\n") {
+		left, right, ok := strings.Cut(l, " - ")
+		lf, rf := strings.Fields(left), strings.Fields(right)
+		if !ok || len(lf) < 5 || len(rf) < 3 || !strings.HasPrefix(rf[0], "cgroup") {
+			continue
+		}
+		mounts = append(mounts, mount{dir: lf[4], fstype: rf[0], opts: strings.Split(rf[2], ",")})
+	}
+	var dirs []string
+	for _, l := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || f[2] == "/" {
+			continue
+		}
+		for _, m := range mounts {
+			v2 := f[1] == "" && m.fstype == "cgroup2"
+			v1 := f[1] != "" && m.fstype == "cgroup" && !slices.ContainsFunc(strings.Split(f[1], ","), func(c string) bool { return !slices.Contains(m.opts, c) })
+			if v1 || v2 {
+				dirs = append(dirs, filepath.Join(m.dir, f[2]))
+				break
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, errors.New("no cgroup directory of its own found on this host's mounts")
+	}
+	return dirs, nil
+}

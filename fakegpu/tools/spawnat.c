@@ -2,9 +2,11 @@
  * spawnat: start a command as a process with the PID chosen, the test bed's way to make a process
  * take the PID of one that just ended (the node monitor's PID-reuse cases, docs/attacks.md).
  *
- *   spawnat [--cgroup DIR]... [--pidns-of PID --nspid N] HOSTPID COMMAND [ARG]...
+ *   spawnat [--cgroup DIR]... [--cgroups-of PID] [--pidns-of PID --nspid N] HOSTPID COMMAND [ARG]...
  *
- * It moves itself into each cgroup DIR (0 written to DIR/cgroup.procs, so the child is born there),
+ * It moves itself into each cgroup DIR (0 written to DIR/cgroup.procs, so the child is born there)
+ * and, with --cgroups-of, into every cgroup of process PID (its /proc/PID/cgroup, on the cgroup
+ * mounts this process sees: /proc/self/mountinfo; a hierarchy's root is left alone),
  * enters the PID namespace of process PID (/proc/PID/ns/pid) when given, and clone3()s with
  * set_tid = {N, HOSTPID} (or {HOSTPID}): the child calls itself N in that namespace and is HOSTPID
  * in this one. The child execs COMMAND (searched in PATH). spawnat prints HOSTPID on one line, then
@@ -36,7 +38,8 @@ struct clone_args_v1 {
 };
 
 static int usage(const char *msg) {
-    fprintf(stderr, "spawnat: %s\nusage: spawnat [--cgroup DIR]... [--pidns-of PID --nspid N] HOSTPID COMMAND [ARG]...\n", msg);
+    fprintf(stderr, "spawnat: %s\nusage: spawnat [--cgroup DIR]... [--cgroups-of PID] [--pidns-of PID --nspid N] HOSTPID COMMAND [ARG]...\n",
+            msg);
     return 2;
 }
 
@@ -64,6 +67,72 @@ static int join_cgroup(const char *dir) {
     return 0;
 }
 
+/* Whether every controller of ctrls ("cpu,cpuacct", "name=systemd") is among opts ("rw,cpu,cpuacct"). */
+static int has_all(const char *opts, const char *ctrls) {
+    char want[256], have[1100];
+    snprintf(want, sizeof want, "%s", ctrls);
+    snprintf(have, sizeof have, ",%s,", opts);
+    for (char *save = NULL, *c = strtok_r(want, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
+        char needle[300];
+        snprintf(needle, sizeof needle, ",%s,", c);
+        if (!strstr(have, needle))
+            return 0;
+    }
+    return 1;
+}
+
+/* The mount point of the cgroup hierarchy of controllers ctrls ("": the unified one), or -1. */
+static int find_mount(const char *ctrls, char *out, size_t len) {
+    FILE *mi = fopen("/proc/self/mountinfo", "re");
+    if (!mi)
+        return -1;
+    char line[8192];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, mi)) {
+        char *sep = strstr(line, " - ");
+        if (!sep)
+            continue;
+        *sep = 0;
+        char fstype[32], source[256], opts[1024], mnt[4096];
+        if (sscanf(sep + 3, "%31s %255s %1023s", fstype, source, opts) != 3 ||
+            sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1)
+            continue;
+        if ((!*ctrls && !strcmp(fstype, "cgroup2")) || (*ctrls && !strcmp(fstype, "cgroup") && has_all(opts, ctrls)))
+            found = snprintf(out, len, "%s", mnt) < (int)len ? 0 : -1;
+    }
+    fclose(mi);
+    return found;
+}
+
+/* Moves this process into every cgroup of process pid other than a hierarchy's root. */
+static int join_cgroups_of(pid_t pid) {
+    char path[64], line[4096];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    FILE *cg = fopen(path, "re");
+    if (!cg) {
+        fprintf(stderr, "spawnat: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int joined = 0, failed = 0;
+    while (!failed && fgets(line, sizeof line, cg)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctrls = strchr(line, ':'), *cpath = ctrls ? strchr(ctrls + 1, ':') : NULL;
+        if (!cpath)
+            continue;
+        *ctrls++ = 0, *cpath++ = 0;
+        char mnt[4096], dir[8192];
+        if (!strcmp(cpath, "/") || find_mount(ctrls, mnt, sizeof mnt) != 0)
+            continue;
+        snprintf(dir, sizeof dir, "%s%s", mnt, cpath);
+        failed = join_cgroup(dir) != 0;
+        joined++;
+    }
+    fclose(cg);
+    if (!failed && !joined)
+        fprintf(stderr, "spawnat: process %d has no cgroup of its own on this process's mounts\n", (int)pid);
+    return failed || !joined ? -1 : 0;
+}
+
 static int enter_pidns(pid_t of) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)of);
@@ -86,6 +155,12 @@ int main(int argc, char **argv) {
             return usage("an option without its value");
         if (!strcmp(argv[i], "--cgroup")) {
             if (join_cgroup(argv[i + 1]) != 0)
+                return 1;
+        } else if (!strcmp(argv[i], "--cgroups-of")) {
+            pid_t of;
+            if (number(argv[i + 1], &of) != 0)
+                return usage("--cgroups-of wants a PID");
+            if (join_cgroups_of(of) != 0)
                 return 1;
         } else if (!strcmp(argv[i], "--pidns-of")) {
             if (number(argv[i + 1], &nsof) != 0)

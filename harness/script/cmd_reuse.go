@@ -2,14 +2,12 @@ package script
 
 import (
 	"bufio"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,11 +59,9 @@ func cmdReusePID(ts *testscript.TestScript, neg bool, args []string) {
 	if initPID == 0 {
 		ts.Fatalf("reusepid: container %s's first process is not on this host's /proc", args[1])
 	}
-	dirs, err := cgroupDirs(initPID)
-	ts.Check(err)
 	var last error
 	for try := 0; try < 5; try++ {
-		tk, err := st.spawnAt(dirs, initPID, 20000+rand.IntN(10000), pid)
+		tk, err := st.spawnAt(initPID, 20000+rand.IntN(10000), pid)
 		if err == nil {
 			st.takers[*as] = tk
 			ts.Logf("process %d of container %s took the PID of holder %s", pid, args[1], args[0])
@@ -77,13 +73,10 @@ func cmdReusePID(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // spawnAt runs spawnat: `sleep 3600` as host PID pid, nspid in the PID namespace of initPID,
-// in the cgroups dirs.
-func (st *state) spawnAt(dirs []string, initPID, nspid, pid int) (*taker, error) {
-	args := []string{}
-	for _, d := range dirs {
-		args = append(args, "--cgroup", d)
-	}
-	args = append(args, "--pidns-of", strconv.Itoa(initPID), "--nspid", strconv.Itoa(nspid), strconv.Itoa(pid), "sleep", "3600")
+// in its cgroups.
+func (st *state) spawnAt(initPID, nspid, pid int) (*taker, error) {
+	args := []string{"--cgroups-of", strconv.Itoa(initPID), "--pidns-of", strconv.Itoa(initPID), "--nspid", strconv.Itoa(nspid),
+		strconv.Itoa(pid), "sleep", "3600"}
 	cmd := exec.Command(filepath.Join(st.artifacts.Bin, "spawnat"), args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -173,49 +166,4 @@ func containerProcs(rid string) ([]identity.Process, error) {
 		}
 	}
 	return out, nil
-}
-
-// cgroupDirs are the directories of process pid's cgroups (other than a hierarchy's root), on the
-// host's cgroup mounts.
-func cgroupDirs(pid int) ([]string, error) {
-	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return nil, err
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	type mount struct {
-		dir, fstype string
-		opts        []string
-	}
-	var mounts []mount
-	for _, l := range strings.Split(string(mi), "\n") {
-		left, right, ok := strings.Cut(l, " - ")
-		lf, rf := strings.Fields(left), strings.Fields(right)
-		if !ok || len(lf) < 5 || len(rf) < 3 || !strings.HasPrefix(rf[0], "cgroup") {
-			continue
-		}
-		mounts = append(mounts, mount{dir: lf[4], fstype: rf[0], opts: strings.Split(rf[2], ",")})
-	}
-	var dirs []string
-	for _, l := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 || f[2] == "/" {
-			continue
-		}
-		for _, m := range mounts {
-			v2 := f[1] == "" && m.fstype == "cgroup2"
-			v1 := f[1] != "" && m.fstype == "cgroup" && !slices.ContainsFunc(strings.Split(f[1], ","), func(c string) bool { return !slices.Contains(m.opts, c) })
-			if v1 || v2 {
-				dirs = append(dirs, filepath.Join(m.dir, f[2]))
-				break
-			}
-		}
-	}
-	if len(dirs) == 0 {
-		return nil, errors.New("no cgroup directory of its own found on this host's mounts")
-	}
-	return dirs, nil
 }

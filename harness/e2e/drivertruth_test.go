@@ -150,13 +150,21 @@ func TestKindDriverTruth(t *testing.T) {
 // hold starts a holder in c and fails the test unless its allocation was granted.
 func hold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api string, env ...string) *launch.Holder {
 	t.Helper()
+	return holdSpec(t, c, launch.HoldSpec{Name: name, MiB: mib, API: api, Env: env})
+}
+
+// holdSpec is hold of a whole spec (its cudaprobe is the node's).
+func holdSpec(t *testing.T, c *kindcluster.PodContainer, spec launch.HoldSpec) *launch.Holder {
+	t.Helper()
+	name, mib := spec.Name, spec.MiB
+	spec.Cudaprobe = cudaprobe
 	m, err := launch.Lookup("exec")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	h, err := launch.Hold(ctx, c, m, launch.HoldSpec{Name: name, Cudaprobe: cudaprobe, MiB: mib, API: api, Env: env})
+	h, err := launch.Hold(ctx, c, m, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ typedef struct fg_nvdev {
 typedef struct fg_nvml {
     pthread_mutex_t mu; /* guards refs, cfg and st across init/shutdown */
     int refs;           /* nvmlInit calls not yet matched by nvmlShutdown */
+    unsigned inits;     /* first inits so far (each may read another profile and state) */
     fg_config cfg;
     fg_state st;
     fg_nvdev gpu[FG_MAX_DEVICES];
@@ -56,7 +57,5 @@ const fg_device *fg_nv_device(const fg_nvdev *d);
 /* Bytes in use on a handle: a GPU in MIG mode sums its instances. Takes the state lock. */
 uint64_t fg_nv_used(const fg_nvdev *d);
 uint64_t fg_nv_total(const fg_nvdev *d);
-/* Forgets the rows FAKEGPU_NVML_STALE_MS keeps listed (nvml_process.c). */
-void fg_nv_forget_stale(void);
 
 #endif

@@ -72,14 +72,8 @@ static struct stale_row {
     row r;
     uint64_t seen_ns;
 } stale[MAX_STALE];
-static unsigned nstale;
+static unsigned nstale, stale_inits; /* the rows, and the first init they were listed after */
 static pthread_mutex_t stale_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void fg_nv_forget_stale(void) {
-    pthread_mutex_lock(&stale_mu);
-    nstale = 0;
-    pthread_mutex_unlock(&stale_mu);
-}
 
 /* Remembers d's live rows and appends those of its processes that ended within the stale time. */
 static void add_stale(const fg_nvdev *d, row *rows, unsigned *n) {
@@ -87,6 +81,8 @@ static void add_stale(const fg_nvdev *d, row *rows, unsigned *n) {
     if (!keep)
         return;
     pthread_mutex_lock(&stale_mu);
+    if (stale_inits != fg_nv.inits) /* listed before the library was set up again: forgotten */
+        nstale = 0, stale_inits = fg_nv.inits;
     unsigned live = *n, kept = 0;
     for (unsigned i = 0; i < nstale; i++) {
         struct stale_row *s = &stale[i];

@@ -27,8 +27,8 @@ const holdUsage = "hold METHOD CONTAINER MIB [--as=NAME] [--api=symbols|dlsym|pr
 // once it reported its allocation granted; release ends it. A holder is named by --as (default:
 // the container's name); a container may have several. --api picks how cudaprobe reaches the
 // driver (the bypasses of docs/attacks.md among them); each --env is set in its own environment;
-// each --probe-arg is one more cudaprobe flag (--leader-exits). The holder's host PID is kept for
-// reusepid.
+// each --probe-arg is one more cudaprobe flag (--leader-exits). The holder's pod and PID are kept
+// for reusepid.
 func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
 		ts.Fatalf("usage: %s", holdUsage)
@@ -64,7 +64,7 @@ func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	if p.Error != nil || p.GrantedMiB != p.RequestedMiB {
 		ts.Fatalf("hold via %s: the holder's %d MiB were not granted (%s)", args[0], p.RequestedMiB, deref(p.Error))
 	}
-	st.recordHostPID(c, *as, p.PID)
+	st.killable[*as] = killable{pod: args[1], nspid: p.PID}
 }
 
 // cmdRelease ends the holder NAME.

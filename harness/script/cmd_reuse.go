@@ -2,18 +2,21 @@ package script
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/identity"
@@ -34,7 +37,8 @@ type taker struct {
 const reuseUsage = "reusepid HOLDER CONTAINER --as=NAME | alive NAME [--for=DURATION] | ! alive NAME"
 
 // cmdReusePID starts `sleep` in CONTAINER as the process with the host PID that the holder HOLDER
-// had (the holder has ended: released, or killed and waited for with `! held`), named NAME.
+// had, named NAME. The monitor killed the holder (`! held` waited for it), and its Event names the
+// host PID.
 func cmdReusePID(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
 		ts.Fatalf("usage: %s", reuseUsage)
@@ -43,10 +47,14 @@ func cmdReusePID(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("reusepid", flag.ContinueOnError)
 	as := fs.String("as", "", "")
 	parseFlags(ts, reuseUsage, fs, args[2:], 0)
-	pid := st.hostPIDs[args[0]]
-	if pid == 0 || *as == "" || st.takers[*as] != nil {
-		ts.Fatalf("reusepid: holder %s's host PID %d, name %q (a holder of a container with a runtime ID, a new name)\nusage: %s", args[0], pid, *as, reuseUsage)
+	k, ok := st.killable[args[0]]
+	if !ok || *as == "" || st.takers[*as] != nil || st.node == nil {
+		ts.Fatalf("reusepid: holder %s known %v, name %q (a holder, a new name, a node)\nusage: %s", args[0], ok, *as, reuseUsage)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pid, err := st.killedPID(ctx, k)
+	ts.Check(err)
 	c := st.ctr(ts, args[1])
 	procs, err := containerProcs(sandbox.RuntimeID(c))
 	ts.Check(err)
@@ -130,17 +138,32 @@ func (tk *taker) stop() {
 	}
 }
 
-// recordHostPID keeps the host PID of holder name, the process that calls itself nspid in c (when
-// the backend's containers have a runtime ID the host's /proc names).
-func (st *state) recordHostPID(c sandbox.Container, name string, nspid int) {
-	procs, err := containerProcs(sandbox.RuntimeID(c))
-	if err != nil {
-		return
-	}
-	for _, p := range procs {
-		if p.NSPID == nspid {
-			st.hostPIDs[name] = p.PID
+// killable is a holder as the monitor's kill Event names it: its pod and the PID it calls itself.
+type killable struct {
+	pod   string
+	nspid int
+}
+
+// killedPID is the host PID of the holder the monitor killed, from its GPUMemoryOverLimitKilled
+// Event on the holder's pod ("process <host PID> (<PID> in its container)"), waiting up to 10 s
+// for it (Events are recorded asynchronously).
+func (st *state) killedPID(ctx context.Context, k killable) (int, error) {
+	re := regexp.MustCompile(`^killed \(SIGKILL\): process ([0-9]+) \(` + strconv.Itoa(k.nspid) + ` in its container\)`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs, err := st.node.Kube().CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, err
 		}
+		for _, e := range evs.Items {
+			if m := re.FindStringSubmatch(e.Message); m != nil && e.InvolvedObject.Name == k.pod {
+				return strconv.Atoi(m[1])
+			}
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no Event of the monitor on pod %s names the process that called itself %d killed", k.pod, k.nspid)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -35,10 +35,10 @@ type state struct {
 	pods      map[string]*node.Pod
 	ctrs      map[string]sandbox.Container
 	lastProbe *probeResult
-	holders   map[string]*holder // by holder name
-	hostPIDs  map[string]int     // each holder's host PID, kept after it ended (reusepid)
-	takers    map[string]*taker  // processes started by reusepid, by name
-	monitor   *node.Monitor      // the vgpu-monitor binary (monitor start)
+	holders   map[string]*holder  // by holder name
+	killable  map[string]killable // each holder's pod and PID, kept after it ended (reusepid)
+	takers    map[string]*taker   // processes started by reusepid, by name
+	monitor   *node.Monitor       // the vgpu-monitor binary (monitor start)
 	// monitorPeriod is its accounting period.
 	monitorPeriod time.Duration
 
@@ -71,7 +71,7 @@ func Params(cfg Config) testscript.Params {
 			}
 			st := &state{dir: dir, artifacts: cfg.Artifacts, root: cfg.Root, logger: cfg.Logger,
 				pods: map[string]*node.Pod{}, ctrs: map[string]sandbox.Container{}, holders: map[string]*holder{},
-				hostPIDs: map[string]int{}, takers: map[string]*taker{}}
+				killable: map[string]killable{}, takers: map[string]*taker{}}
 			env.Values[stateKey{}] = st
 			env.Setenv("TOOLS", node.ToolDir)
 			env.Defer(st.close)

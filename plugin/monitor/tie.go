@@ -46,7 +46,7 @@ type recordKey struct {
 // recordTie is the process a record of the driver's list stands for.
 type recordTie struct {
 	// orphan: no process can be tied to the record (its process had ended when it was first
-	// seen, or the process behind its PID started as or after the list was taken).
+	// seen, or the process behind its PID had taken the PID of the listed one: tieListed).
 	orphan      bool
 	start       uint64 // the process's start time (clock ticks since boot)
 	podUID      types.UID

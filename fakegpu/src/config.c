@@ -125,6 +125,14 @@ int fg_config_load(fg_config *c) {
         goto bad;
     }
     c->trace_export = trace && !strcmp(trace, "1");
+    uint64_t stale_ms = 0;
+    if (env_u64("FAKEGPU_NVML_STALE_MS", &stale_ms, err, sizeof err) < 0)
+        goto bad;
+    if (stale_ms > 600000) {
+        snprintf(err, sizeof err, "FAKEGPU_NVML_STALE_MS=%llu: want 0 to 600000 (ms)", (unsigned long long)stale_ms);
+        goto bad;
+    }
+    c->stale_ns = stale_ms * 1000000ULL;
     if (engine(c, err, sizeof err) != 0)
         goto bad;
     c->identity = fg_profile_identity(p);

@@ -12,6 +12,7 @@
  *   FAKEGPU_NVML_TRACE   1: one stderr line per call through nvidia-smi's internal export table
  *   FAKEGPU_TIMESLICE_US the time slice between processes' queues on a GPU (default 1024)
  *   FAKEGPU_CONTAINER    the container a process's completed work is also counted for
+ *   FAKEGPU_NVML_STALE_MS how long a process that ended stays in the NVML process list (default 0)
  * plus the fault variables of fault.h.
  */
 #ifndef FG_CONFIG_H
@@ -35,6 +36,7 @@ typedef struct fg_config {
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
     char container[64];    /* FAKEGPU_CONTAINER, "" none */
+    uint64_t stale_ns;     /* FAKEGPU_NVML_STALE_MS: an ended process stays in the NVML process list */
     char state_path[600];
     uint64_t identity;
 } fg_config;

@@ -151,13 +151,21 @@ func TestKindDriverTruth(t *testing.T) {
 // startHold starts a holder in c and fails the test unless its allocation was granted.
 func startHold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api string, env ...string) *hold.Holder {
 	t.Helper()
+	return holdSpec(t, c, hold.Spec{Name: name, MiB: mib, API: api, Env: env})
+}
+
+// holdSpec is startHold of a whole spec (its cudaprobe is the node's).
+func holdSpec(t *testing.T, c *kindcluster.PodContainer, spec hold.Spec) *hold.Holder {
+	t.Helper()
+	name, mib := spec.Name, spec.MiB
+	spec.Cudaprobe = cudaprobe
 	m, err := launch.Lookup("exec")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	h, err := hold.Start(ctx, c, m, hold.Spec{Name: name, Cudaprobe: cudaprobe, MiB: mib, API: api, Env: env})
+	h, err := hold.Start(ctx, c, m, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

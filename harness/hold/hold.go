@@ -24,6 +24,7 @@ type Spec struct {
 	MiB       int      // what it allocates
 	API       string   // cudaprobe --api ("" = symbols)
 	Env       []string // K=V set in its own environment (no quote, no newline)
+	Args      []string // more cudaprobe flags (no quote, no newline, no space)
 }
 
 // Holder is a running Spec.
@@ -50,11 +51,17 @@ func Start(ctx context.Context, c sandbox.Container, m launch.Method, spec Spec)
 		}
 		env += "'" + kv + "' "
 	}
+	for _, a := range spec.Args {
+		if !strings.HasPrefix(a, "--") || strings.ContainsAny(a, "'\n \t;&|$`\"\\") {
+			return nil, fmt.Errorf("hold %s: %q is not a cudaprobe flag without a quote, a space or a shell character", spec.Name, a)
+		}
+	}
 	h := &Holder{Name: spec.Name, c: c, files: "/tmp/limitbed-hold-" + spec.Name, done: make(chan error, 1)}
 	f := h.files
-	cmd := fmt.Sprintf(`rm -f %[1]s.*; env %[2]s %[3]s --mib %[4]d --api=%[5]s --hold-until-signal > %[1]s.out 2> %[1]s.err & echo $! > %[1]s.pid
+	args := strings.Join(append([]string{"--hold-until-signal"}, spec.Args...), " ")
+	cmd := fmt.Sprintf(`rm -f %[1]s.*; env %[2]s %[3]s --mib %[4]d --api=%[5]s %[6]s > %[1]s.out 2> %[1]s.err & echo $! > %[1]s.pid
 while ! grep -q '^{' %[1]s.out 2>/dev/null && kill -0 $! 2>/dev/null; do sleep 0.02; done; date +%%s.%%N > %[1]s.at
-wait $!; rc=$?; date +%%s.%%N > %[1]s.end; echo $rc > %[1]s.rc`, f, env, spec.Cudaprobe, spec.MiB, spec.API)
+wait $!; rc=$?; date +%%s.%%N > %[1]s.end; echo $rc > %[1]s.rc`, f, env, spec.Cudaprobe, spec.MiB, spec.API, args)
 	go func() {
 		_, err := launch.Run(context.Background(), c, m, cmd)
 		h.done <- err

@@ -38,24 +38,40 @@ const (
 
 // fakeDriver is a driver whose process lists the test sets.
 type fakeDriver struct {
-	mu   sync.Mutex
-	devs []gpu.DeviceProcesses
-	err  error
+	mu    sync.Mutex
+	devs  []gpu.DeviceProcesses
+	err   error
+	calls int
+	// onList, when set, runs at each call (n counts from 0) once the list is taken; a non-nil
+	// result replaces the list of that call.
+	onList func(n int) []gpu.DeviceProcesses
 }
 
 func (d *fakeDriver) Processes() ([]gpu.DeviceProcesses, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.devs, d.err
+	devs, err, n, hook := d.devs, d.err, d.calls, d.onList
+	d.calls++
+	d.mu.Unlock()
+	if hook != nil {
+		if alt := hook(n); alt != nil {
+			return alt, err
+		}
+	}
+	return devs, err
 }
 
 func (d *fakeDriver) set(procs map[string][]gpu.Process) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.devs = nil
+	d.devs = deviceLists(procs)
+}
+
+func deviceLists(procs map[string][]gpu.Process) []gpu.DeviceProcesses {
+	var devs []gpu.DeviceProcesses
 	for _, g := range []string{gpuA, gpuB} {
-		d.devs = append(d.devs, gpu.DeviceProcesses{UUID: g, Processes: procs[g]})
+		devs = append(devs, gpu.DeviceProcesses{UUID: g, Processes: procs[g]})
 	}
+	return devs
 }
 
 // fakeProc writes /proc/<pid>/{stat,cgroup,status} for a process of container cid (as a Docker

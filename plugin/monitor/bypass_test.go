@@ -255,11 +255,11 @@ func TestAccountingRegionLimitRewrite(t *testing.T) {
 	}
 }
 
-// fakeDriverLister is the driver's process list through fakegpu's real NVML (profile a16-16q),
-// shut down with the test.
-func fakeDriverLister(t *testing.T) *gpu.ProcessLister {
+// fakeDriverLister is the driver's process list through fakegpu's real NVML (profile a16-16q,
+// env: fakegpu's variables), shut down with the test.
+func fakeDriverLister(t *testing.T, env ...string) *gpu.ProcessLister {
 	t.Helper()
-	lib, _ := fakenvml.Setup(t, "a16-16q")
+	lib, _ := fakenvml.Setup(t, "a16-16q", env...)
 	lister := &gpu.ProcessLister{Lib: lib}
 	if err := lister.Init(); err != nil {
 		t.Fatal(err)

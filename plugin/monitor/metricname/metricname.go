@@ -29,6 +29,7 @@ const (
 	DriverProcessMemory   = "hami_driver_process_memory_bytes"
 	DriverUnattributed    = "hami_node_driver_unattributed_memory_bytes"
 	DriverKills           = "hami_monitor_driver_kills_total"
+	DriverPIDChanged      = "hami_monitor_driver_pid_changed_total"
 	DriverErrors          = "hami_monitor_driver_errors"
 	DriverLastPass        = "hami_monitor_driver_last_pass_timestamp_seconds"
 )

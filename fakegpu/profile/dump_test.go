@@ -15,8 +15,9 @@ func dump(path string, p *Profile, err error) string {
 		fmt.Fprintf(&b, "error: %v\n", err)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "profile name=%s driver=%s cuda=%d nvml=%s context=%d launch=%d block=%d fail_alloc=%s nvml_error=%s lost_device=%s\n",
-		p.Name, p.DriverVersion, p.CUDAVersion, p.NVMLVersion, p.ContextMiB, p.LaunchNS, p.BlockNS, p.FailAlloc, p.NVMLError, p.LostDevice)
+	fmt.Fprintf(&b, "profile name=%s driver=%s cuda=%d nvml=%s context=%d launch=%d block=%d fail_alloc=%s nvml_error=%s lost_device=%s timeslice=%d boost=%d samples=%s sm_clock=%d\n",
+		p.Name, p.DriverVersion, p.CUDAVersion, p.NVMLVersion, p.ContextMiB, p.LaunchNS, p.BlockNS, p.FailAlloc, p.NVMLError, p.LostDevice,
+		p.TimesliceUS, p.PowerBoost, p.NVMLSamples, p.SMClockMHz)
 	for d, v := range p.Devices {
 		mig := 0
 		if v.MIGMode {

@@ -34,6 +34,10 @@ type Profile struct {
 	FailAlloc     string
 	NVMLError     string
 	LostDevice    string
+	TimesliceUS   uint64 // the time slice between processes; 0: fakegpu's 1024
+	PowerBoost    uint64 // percent; 0: 100 (no boost)
+	NVMLSamples   string // exact | periodic; "": exact
+	SMClockMHz    uint64 // the SM clock at full load; 0: 1500
 	Devices       []Device
 }
 

@@ -63,6 +63,10 @@ typedef struct fg_profile {
     char fail_alloc[24];         /* fault keys, same syntax as the FAKEGPU_* variables */
     char nvml_error[96];
     char lost_device[24];
+    uint64_t timeslice_us;       /* the GPU's time slice between processes (0: 1024) */
+    uint64_t power_boost;        /* percent: kernels' speed-up on a lightly loaded GPU (0: 100, none) */
+    char nvml_samples[16];       /* exact | periodic ("": exact) */
+    uint64_t sm_clock_mhz;       /* the SM clock at full load (0: 1500) */
     unsigned ndev;
     unsigned nunits;             /* derived: GPUs + MIG instances */
     fg_device dev[FG_MAX_DEVICES];

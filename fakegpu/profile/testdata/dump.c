@@ -9,10 +9,11 @@
 
 static void dump(const fg_profile *p) {
     printf("profile name=%s driver=%s cuda=%u nvml=%s context=%llu launch=%llu block=%llu fail_alloc=%s "
-           "nvml_error=%s lost_device=%s\n",
+           "nvml_error=%s lost_device=%s timeslice=%llu boost=%llu samples=%s sm_clock=%llu\n",
            p->name, p->driver_version, p->cuda_version, p->nvml_version, (unsigned long long)p->context_mib,
            (unsigned long long)p->launch_ns, (unsigned long long)p->block_ns, p->fail_alloc, p->nvml_error,
-           p->lost_device);
+           p->lost_device, (unsigned long long)p->timeslice_us, (unsigned long long)p->power_boost, p->nvml_samples,
+           (unsigned long long)p->sm_clock_mhz);
     for (unsigned d = 0; d < p->ndev; d++) {
         const fg_device *v = &p->dev[d];
         printf("device %u name=%s uuid=%s memory=%llu pci=%s pci_id=%u minor=%u arch=%u cc=%u.%u sm=%u mig=%u bar1=%llu\n",

@@ -54,7 +54,7 @@ var Fixtures = Tier{name: "../shared/fixtures", provide: "check out the shared d
 var NvidiaSMI = Tier{name: "Debian's nvidia-smi", provide: "scripts/nvidia-smi.sh (scripts/install-deps.sh runs it)", ci: true}
 
 // GPU: a real NVIDIA GPU and driver. CI has none, so this stays a skip everywhere.
-var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (scripts/gpu-check.sh)", probe: func() error {
+var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (the GPU tier: make gpu-bundle, then ./gpu-check there)", probe: func() error {
 	return exec.Command("nvidia-smi", "-L").Run()
 }}
 

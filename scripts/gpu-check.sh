@@ -13,7 +13,7 @@ out=${OUT:-$PWD/build-gpu}
 if command -v go >/dev/null 2>&1; then
 	mkdir -p "$out/bin"
 	CGO_ENABLED=1 go build -trimpath -o "$out/bin/" ./harness/cmd/limitbed ./plugin/cmd/vgpu-scheduler
-	CGO_ENABLED=0 go build -trimpath -o "$out/bin/regiondump" ./plugin/cmd/regiondump
+	CGO_ENABLED=0 go build -trimpath -o "$out/bin/" ./plugin/cmd/regiondump ./harness/cmd/gpureport
 elif [ ! -x "$out/bin/limitbed" ]; then
 	echo "gpu-check.sh: no Go here and no $out/bin/limitbed: use the bundle (make gpu-bundle on a machine with Go; docs/gpu-report.md)" >&2
 	exit 2

@@ -4,7 +4,8 @@
 #   ROOT     the bundle (or the repository): hamicore/, fakegpu/, harness/, abi/
 #   BUILD    the C build: lib/libvgpu.so, bin-real/ (against this machine's driver), fake/ (fakegpu)
 #   RUN      the run directory: records/, series/, logs/ (docs/gpu-report.md)
-#   LB       the limitbed binary (gpu record, bench compute, bench drivertruth, bench pod)
+#   LB       the limitbed binary (bench compute, bench drivertruth, bench pod)
+#   GR       gpureport: limitbed gpu alone, quick to start (record: every check)
 #   BIN      the bundle's Go binaries (limitbed, vgpu-scheduler, regiondump)
 #   SECTION  this section's name; WORK a scratch directory of its own under /tmp (removed after)
 #   PROFILE  the fakegpu profile of this card ("" when none); CARD_NAME its name
@@ -23,8 +24,8 @@ fail=0
 rec() {
 	local name=$1 verdict=$2
 	shift 2
-	"$LB" gpu record --run "$RUN" --section "$SECTION" --check "$name" --verdict "$verdict" "$@" || {
-		echo "gpu-check: could not record \"$name\" (limitbed gpu record failed above)" >&2
+	"$GR" record --run "$RUN" --section "$SECTION" --check "$name" --verdict "$verdict" "$@" || {
+		echo "gpu-check: could not record \"$name\" (gpureport record failed above)" >&2
 		fail=1
 		return 0
 	}

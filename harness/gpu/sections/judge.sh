@@ -10,7 +10,7 @@ command -v nvidia-smi >/dev/null || [ -n "${GPU_CHECK_JUDGE_TRUTH:-}" ] ||
 for mode in $modes; do
 	series "$SECTION-$mode" "judge ($mode session): each process's memory by the driver's record, and the pod's, against its limit" \
 		"checkpoint (after each class of steps)" MiB "pod limit 3000 MiB=3000"
-	JUDGE_MEMLOAD="$REAL/memload" JUDGE_LIB="$LIB" JUDGE_RECORD="$LB gpu record --run $RUN --section $SECTION" \
+	JUDGE_MEMLOAD="$REAL/memload" JUDGE_LIB="$LIB" JUDGE_RECORD="$GR record --run $RUN --section $SECTION" \
 		JUDGE_SERIES="$RUN/series/$SECTION-$mode.csv" JUDGE_TRUTH="${GPU_CHECK_JUDGE_TRUTH:-}" \
 		JUDGE_ENV="${GPU_CHECK_NS_ENV:-}" JUDGE_NS_ARGS="${GPU_CHECK_NS_ARGS:-}" \
 		"$ROOT/harness/memjudge/real.sh" "$mode" || fail=1

@@ -1,8 +1,10 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -97,6 +99,11 @@ func TestGPUUsageErrors(t *testing.T) {
 	}
 }
 
+// runCLI runs `limitbed gpu ARGS...` (args[0] is "gpu") as limitbed does: the error on stderr.
 func runCLI(args []string, out, errb *bytes.Buffer) int {
-	return run(context.Background(), args, out, errb)
+	err := Run(context.Background(), &Env{Stdout: out, Stderr: errb, Logger: slog.New(slog.DiscardHandler)}, args[1:])
+	if err != nil {
+		fmt.Fprintf(errb, "limitbed gpu: %v\n", err)
+	}
+	return Code(err)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -55,14 +55,14 @@ type recordFlags struct {
 // A figure or bound that is not a number does not lose the check: it is written as failed, with
 // why. --verdict auto judges the figure against the bound (or, with --fake, against fakegpu's
 // figure ± the tolerance).
-func runGPURecord(env *cliEnv, args []string) error {
+func runGPURecord(env *Env, args []string) error {
 	f, err := parseRecordFlags(env, args)
 	if err != nil || f == nil { // f nil: -h printed the flags
 		return err
 	}
 	c := &f.c
 	if err := name(c); err != nil {
-		return &exitError{2, err}
+		return &ExitError{2, err}
 	}
 	if problem := f.numbers(); problem != "" {
 		c.Verdict, c.Note = schema.Fail, join(problem, c.Note)
@@ -78,7 +78,7 @@ func runGPURecord(env *cliEnv, args []string) error {
 	c.Got, c.Note = clip(c.Got, 600), clip(c.Note, schema.MaxText)
 	line, err := c.Line()
 	if err != nil {
-		return &exitError{2, fmt.Errorf("gpu record %s: %w", c.ID(), err)}
+		return &ExitError{2, fmt.Errorf("gpu record %s: %w", c.ID(), err)}
 	}
 	dir := filepath.Join(f.run, report.RecordsDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -95,14 +95,14 @@ func runGPURecord(env *cliEnv, args []string) error {
 	if err := fh.Close(); err != nil {
 		return err
 	}
-	printRecord(env.stdout, c)
+	printRecord(env.Stdout, c)
 	return nil
 }
 
-func parseRecordFlags(env *cliEnv, args []string) (*recordFlags, error) {
+func parseRecordFlags(env *Env, args []string) (*recordFlags, error) {
 	f := &recordFlags{}
 	fs := flag.NewFlagSet("gpu record", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs.SetOutput(env.Stderr)
 	fs.StringVar(&f.run, "run", "", "the run directory (required)")
 	fs.StringVar(&f.c.Section, "section", "", "the section (required)")
 	fs.StringVar(&f.c.Check, "check", "", "the check's name, unique in its section (required)")
@@ -124,12 +124,12 @@ func parseRecordFlags(env *cliEnv, args []string) (*recordFlags, error) {
 		return nil, err
 	}
 	if f.run == "" {
-		return nil, &exitError{2, fmt.Errorf("--run is required")}
+		return nil, &ExitError{2, fmt.Errorf("--run is required")}
 	}
 	switch f.verdict {
 	case "pass", "fail", "skip", "info", "auto":
 	default:
-		return nil, &exitError{2, fmt.Errorf("--verdict %q: want pass, fail, skip, info or auto", f.verdict)}
+		return nil, &ExitError{2, fmt.Errorf("--verdict %q: want pass, fail, skip, info or auto", f.verdict)}
 	}
 	return f, nil
 }

@@ -24,7 +24,7 @@ top=$stage/limitbed-gpu
 mkdir -p "$top/bin"
 
 # The sources, as the repository has them (tracked files, and new ones not ignored).
-paths=(abi/include hamicore/Makefile hamicore/src hamicore/include hamicore/test/launchprobe.c hamicore/test/paths
+paths=(abi/include abi/check scripts/abi-check.sh hamicore/Makefile hamicore/src hamicore/include hamicore/test/launchprobe.c hamicore/test/paths
 	hamicore/test/privatens fakegpu/Makefile fakegpu/src fakegpu/tools fakegpu/profiles harness/memjudge/real.sh
 	harness/memjudge/memload harness/gpu)
 if git rev-parse --git-dir >/dev/null 2>&1; then

@@ -17,7 +17,7 @@ import (
 )
 
 // sections is every section of the tier, in its order (harness/gpu/gpu-check).
-var sections = []string{"memory", "paths", "frameworks", "legacy", "overhead", "compute", "torch", "judge",
+var sections = []string{"abi", "memory", "paths", "frameworks", "legacy", "overhead", "compute", "torch", "judge",
 	"drivertruth", "timeslice", "sched", "fidelity"}
 
 // injected is the check the second run records as failed (GPU_CHECK_INJECT_FAIL).

@@ -26,7 +26,7 @@ else
 			continue
 		fi
 		# Each pod's mean share after its first 2 s on fakegpu, by its name.
-		fake_shares=$(python3 -c 'import json, sys
+		fake_shares=$("$PY" -c 'import json, sys
 r = json.load(sys.stdin)
 for c in r["containers"]:
     w = [x for x in c["windows"][2:] if x >= 0]

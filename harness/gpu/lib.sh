@@ -67,9 +67,12 @@ done_section() { exit "$fail"; }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 ROOT_WHY="needs root (a private mount namespace: unshare -m, mount): run ./gpu-check as root"
 
-# have_torch: python3 imports torch and sees a CUDA device.
-have_torch() { python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
-TORCH_WHY="python3 cannot import torch with CUDA here (pip install torch for this driver's CUDA)"
+# PY is the Python that has PyTorch: GPU_CHECK_PYTHON (a virtual environment's python under sudo,
+# whose PATH is root's), else python3.
+PY=${GPU_CHECK_PYTHON:-python3}
+# have_torch: $PY imports torch and sees a CUDA device.
+have_torch() { "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
+TORCH_WHY="$PY cannot import torch with CUDA here (pip install torch for this driver's CUDA, or GPU_CHECK_PYTHON=/path/to/python of an environment that has it)"
 
 # need FILE WHAT: FILE exists (a build product), else the section is skipped naming the build log.
 need() {

@@ -58,9 +58,12 @@ def run(mode, seconds, duty=1.0):
 
 
 def judge(unlimited, limited, limit, tol, at_least, series=None, line=None):
-    u = json.load(open(unlimited))["windows"][2:]
+    u = json.load(open(unlimited))["windows"]
+    u = u[2:] or u  # a run too short to leave its first 2 s out is judged whole
     w = json.load(open(limited))["windows"]
-    base = sum(u) / len(u)
+    if not u or not w:
+        print("no 1 s window in %s: the runs are too short (at least 3 s)" % (unlimited if not u else limited))
+        return 2
     ratios = [x / base for x in w]
     after = ratios[2:]
     longs = [sum(after[i:i + 10]) / 10 for i in range(0, max(1, len(after) - 9))] if len(after) >= 10 else [sum(after) / len(after)]

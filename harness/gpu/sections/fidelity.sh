@@ -14,6 +14,7 @@ need "$BUILD/bin/hamicore-launchprobe" hamicore-launchprobe
 fakegpu_env
 secs=${FIDELITY_SECONDS:-3}
 add() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
+wsecs=$(awk -v s="$secs" 'BEGIN { print (s < 1 ? 1 : s) }') # runs judged in 1 s windows: one at least
 pf=$PROFILE.profile
 
 # both VAR CMD...: CMD on the card into card_VAR, on fakegpu into fake_VAR (one JSON line each).
@@ -61,12 +62,12 @@ row "empty kernel: the launch call alone" launch launch_us µs 3 1 "fakegpu/src/
 # and in how many 1 s windows both had a sample (an H200 attributed the device to one at a time).
 samples() { # RUNNER...: two loads and the sampler beside them; prints the sampler's line with the loads' pids
 	local a b out
-	"$@" "$probe" load --seconds "$(add "$secs" 1)" >/dev/null 2>&1 &
+	"$@" "$probe" load --seconds "$(add "$wsecs" 1)" >/dev/null 2>&1 &
 	a=$!
-	"$@" "$probe" load --seconds "$(add "$secs" 1)" --kernel-us 10000 >/dev/null 2>&1 &
+	"$@" "$probe" load --seconds "$(add "$wsecs" 1)" --kernel-us 10000 >/dev/null 2>&1 &
 	b=$!
 	sleep 0.5
-	out=$("$@" "$probe" samples --seconds "$secs" 2>&1 | tail -n 1)
+	out=$("$@" "$probe" samples --seconds "$wsecs" 2>&1 | tail -n 1)
 	wait $a $b
 	local pa pb
 	pa=$(grep -o "{\"pid\":$a,[^}]*}" <<<"$out") pb=$(grep -o "{\"pid\":$b,[^}]*}" <<<"$out")
@@ -87,11 +88,11 @@ lp=$BUILD/bin/hamicore-launchprobe
 slice() { # RUNNER...
 	local alone beside f
 	steady() { sed -n 's/.*"windows":\[\([^]]*\)\].*/\1/p' <<<"$1" | awk -F, '{ s = 0; for (i = 2; i <= NF; i++) s += $i; printf "%.5f", (NF > 1 ? s / (NF - 1) : $1) }'; }
-	alone=$("$@" "$lp" --seconds "$secs" --workload burst --burst 1 --kernel-us 200 2>&1)
-	"$@" "$lp" --seconds "$(add "$secs" 1)" --kernel-us 10000 >/dev/null 2>&1 &
+	alone=$("$@" "$lp" --seconds "$wsecs" --workload burst --burst 1 --kernel-us 200 2>&1)
+	"$@" "$lp" --seconds "$(add "$wsecs" 1)" --kernel-us 10000 >/dev/null 2>&1 &
 	f=$!
 	sleep 0.5
-	beside=$("$@" "$lp" --seconds "$secs" --workload burst --burst 1 --kernel-us 200 2>&1)
+	beside=$("$@" "$lp" --seconds "$wsecs" --workload burst --burst 1 --kernel-us 200 2>&1)
 	wait $f
 	awk -v a="$(steady "$alone")" -v b="$(steady "$beside")" 'BEGIN { if (a > 0 && b > 0) printf "{\"slice_us\":%.0f}\n", 200 / b - 200 / a; else print "{}" }'
 }
@@ -101,16 +102,17 @@ row "time slice between processes" slice slice_us µs 300 0.35 "$pf: timeslice_u
 
 # The SM clock at full load and at about 30 % of the time busy. On the card with PyTorch's GEMMs
 # when it has torch (they meet the power cap that fakegpu's power_boost models), else spin kernels.
-clock() { # DUTY RUNNER...
-	local duty=$1 pid
+clock() { # DUTY card|fake RUNNER...: the SM clock while a load keeps the GPU busy DUTY of the time
+	local duty=$1 pid warm=0.5
 	shift
 	if [ "$1" = card ] && have_torch; then
-		python3 "$ROOT/harness/gpu/torch_compute.py" run --mode eager --seconds "$(add "$secs" 2)" --duty "$duty" >/dev/null 2>&1 &
+		warm=6 # PyTorch's import and CUDA start before its GEMMs load the GPU
+		"$PY" "$ROOT/harness/gpu/torch_compute.py" run --mode eager --seconds "$(add "$secs" 8)" --duty "$duty" >/dev/null 2>&1 &
 	else
 		"${@:2}" "$probe" load --seconds "$(add "$secs" 1)" --duty "$duty" >/dev/null 2>&1 &
 	fi
 	pid=$!
-	"${@:2}" "$probe" clocks --seconds "$(add "$secs" 0.5)" --skip 0.5 2>&1 | tail -n 1
+	"${@:2}" "$probe" clocks --seconds "$(add "$secs" "$warm")" --skip "$warm" 2>&1 | tail -n 1
 	wait $pid
 }
 load_kind="spin kernels"

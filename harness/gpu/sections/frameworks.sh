@@ -11,7 +11,7 @@ try:
 except torch.cuda.OutOfMemoryError:
     print("refused OutOfMemoryError")'
 check "env torch expandable segments 8 GiB" refused "$(env LD_PRELOAD="$LIB" "${envlimit[@]}" \
-	PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 -c "$torch_vmm" 2>&1 | sed 's/refused OutOfMemoryError/"error":"OUT_OF_MEMORY"/')"
+	PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" -c "$torch_vmm" 2>&1 | sed 's/refused OutOfMemoryError/"error":"OUT_OF_MEMORY"/')"
 torch_graph='import os, torch
 s = torch.cuda.Stream()
 g = torch.cuda.CUDAGraph()
@@ -23,10 +23,10 @@ try:
 except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
     print("refused", type(e).__name__)'
 check "env torch 4 GiB inside a captured graph" refused "$(env LD_PRELOAD="$LIB" "${envlimit[@]}" \
-	python3 -c "$torch_graph" 2>&1 | sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
+	"$PY" -c "$torch_graph" 2>&1 | sed 's/^refused .*/"error":"OUT_OF_MEMORY"/')"
 # The stream-ordered allocator: inside capture the allocation is a graph memory node.
 got=$(env LD_PRELOAD="$LIB" "${envlimit[@]}" PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
-	python3 -c "$torch_graph" 2>&1; echo "exit $?")
+	"$PY" -c "$torch_graph" 2>&1; echo "exit $?")
 check "env torch cudaMallocAsync 4 GiB inside a captured graph" refused "$(sed 's/^refused .*/"error":"OUT_OF_MEMORY"/' <<<"$got")"
 grep -q '^refused' <<<"$got" || tail -n 25 <<<"$got" | sed 's/^/     /'
 # What the same program does natively when the graph's memory is not there: ask for more than the
@@ -34,7 +34,7 @@ grep -q '^refused' <<<"$got" || tail -n 25 <<<"$got" | sed 's/^/     /'
 dev_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
 if [ -n "$dev_mib" ]; then
 	got=$(env GRAPH_MIB=$((dev_mib + 16384)) PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
-		python3 -c "$torch_graph" 2>&1; echo "exit $?")
+		"$PY" -c "$torch_graph" 2>&1; echo "exit $?")
 	rec "native torch cudaMallocAsync, more than the device inside a graph" info --got "$(tail -n 3 <<<"$got" | tr '\n' ' ')" \
 		--note "PyTorch's own behaviour on a failed graph launch (docs/benchmarks.md)"
 fi

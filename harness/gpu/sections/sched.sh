@@ -24,7 +24,7 @@ sched_s=${SCHED_SECONDS:-20}
 tc=$ROOT/harness/gpu/torch_compute.py
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
 mkdir -p "$RUN/sched"
-CUDA_VISIBLE_DEVICES=$uuid python3 "$tc" run --mode eager --seconds "$sched_s" >"$WORK/sched-free.json" 2>"$WORK/sched-free.err" ||
+CUDA_VISIBLE_DEVICES=$uuid "$PY" "$tc" run --mode eager --seconds "$sched_s" >"$WORK/sched-free.json" 2>"$WORK/sched-free.err" ||
 	skip_section "the unlimited PyTorch run failed: $(tail -c 300 "$WORK/sched-free.err")"
 
 # sched_case NAME LIMIT...: one pod per limit (force), started together under vgpu-scheduler.
@@ -51,18 +51,18 @@ sched_case() {
 			--bind "$ROOT" $(bind_build) "${nv[@]}" --mount "/usr/local/vgpu=$hook/vgpu/containers/$key" \
 			--mount-ro "/usr/local/vgpu/sched.grant=$hook/vgpu/sched/$key.grant" -- \
 			/usr/bin/env CUDA_VISIBLE_DEVICES="$uuid" LIBCUDA_LOG_LEVEL=3 \
-			python3 "$tc" run --mode eager --seconds "$sched_s" >"$hook/$key.json" 2>"$hook/$key.err" &
+			"$PY" "$tc" run --mode eager --seconds "$sched_s" >"$hook/$key.json" 2>"$hook/$key.err" &
 		pids+=($!)
 	done
 	wait "${pids[@]}"
-	python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' 2>&1 |
+	"$PY" -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' 2>&1 |
 		grep -E '^vgpu_scheduler_(gpu_speed|gpu_sm_clock|gpu_full_load|gpu_calibrations|container_gpu_seconds)' | sed "s/^/scheduler $name: /" |
 		tee "$hook/metrics.txt"
 	kill -TERM $spid $smipid
 	wait $spid
 	wait $smipid 2>/dev/null
 	full=$(sed -n 's/^scheduler [^:]*: vgpu_scheduler_gpu_full_load[^ ]* \([0-9.e+]*\)$/\1/p' "$hook/metrics.txt" | head -1)
-	[ -n "$full" ] && rec "$name: the scheduler's full-load SM clock" info --figure "$full" --unit MHz
+	[ -n "$full" ] && [ "$full" != 0 ] && rec "$name: the scheduler's full-load SM clock" info --figure "$full" --unit MHz
 	read -r clk watts busy n < <(awk -F', *' 'NR > 8 && $1 > 0 { c += $1; w += $2; u += $3; n++ }
 		END { if (n) printf "%.0f %.0f %.0f %d\n", c / n, w / n, u / n, n }' "$hook/clocks.csv")
 	[ -n "${clk:-}" ] && rec "$name: SM clock beside the pods (after 2 s)" info --figure "$clk" --unit MHz \
@@ -70,7 +70,7 @@ sched_case() {
 	for lim in "$@"; do
 		key=p${lim}_main
 		check "$name: pod $lim % followed the scheduler" "launches follow the node scheduler" "$(cat "$hook/$key.err")"
-		got=$(python3 "$tc" judge "$WORK/sched-free.json" "$hook/$key.json" --limit "$lim" --tol 0.02 \
+		got=$("$PY" "$tc" judge "$WORK/sched-free.json" "$hook/$key.json" --limit "$lim" --tol 0.02 \
 			--series "$RUN/series/$id.csv" --line "pod $lim %" 2>&1)
 		echo "$got"
 		worst=$(sed -n 's/.*; worst \([0-9.]*\)$/\1/p' <<<"$got")

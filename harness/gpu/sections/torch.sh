@@ -6,7 +6,7 @@ have_torch || skip_section "$TORCH_WHY"
 bench_s=${BENCH_SECONDS:-12}
 tc=$ROOT/harness/gpu/torch_compute.py
 for mode in eager graph; do
-	if ! python3 "$tc" run --mode "$mode" --seconds "$bench_s" >"$WORK/torch-$mode-free.json" 2>"$WORK/torch.err"; then
+	if ! "$PY" "$tc" run --mode "$mode" --seconds "$bench_s" >"$WORK/torch-$mode-free.json" 2>"$WORK/torch.err"; then
 		rec "torch $mode unlimited run" fail --got "$(tail -c 400 "$WORK/torch.err")"
 		continue
 	fi
@@ -16,8 +16,8 @@ for mode in eager graph; do
 		mkdir -p "$WORK/pod-torch-$mode-$lim"
 		env LD_PRELOAD="$LIB" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/pod-torch-$mode-$lim/usage.cache" \
 			CUDA_DEVICE_SM_LIMIT=$lim GPU_CORE_UTILIZATION_POLICY=force \
-			python3 "$tc" run --mode "$mode" --seconds "$bench_s" >"$WORK/torch-$mode-$lim.json" 2>>"$WORK/torch.err"
-		got=$(python3 "$tc" judge "$WORK/torch-$mode-free.json" "$WORK/torch-$mode-$lim.json" --limit $lim \
+			"$PY" "$tc" run --mode "$mode" --seconds "$bench_s" >"$WORK/torch-$mode-$lim.json" 2>>"$WORK/torch.err"
+		got=$("$PY" "$tc" judge "$WORK/torch-$mode-free.json" "$WORK/torch-$mode-$lim.json" --limit $lim \
 			--series "$RUN/series/$SECTION-$mode.csv" --line "force $lim %" 2>&1)
 		echo "$got"
 		range_check "torch $mode GEMMs at $lim % force, worst 10 s window" "$(sed -n 's/.*; worst \([0-9.]*\)$/\1/p' <<<"$got")" \

@@ -5,8 +5,10 @@ package plot
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 	"math"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -72,16 +74,39 @@ func build(s *schema.Series) (*plot.Plot, error) {
 	if xmin > xmax {
 		xmin, xmax = 0, 1
 	}
-	for i, r := range s.Refs {
+	ymax := 0.0
+	for _, l := range s.Lines {
+		for _, pt := range l.Points {
+			ymax = math.Max(ymax, pt[1])
+		}
+	}
+	for _, r := range s.Refs {
 		ref, err := plotter.NewLine(plotter.XYs{{X: xmin, Y: r.Y}, {X: xmax, Y: r.Y}})
 		if err != nil {
 			return nil, fmt.Errorf("plot %s, reference %q: %w", s.ID, r.Name, err)
 		}
-		ref.Color = plotutil.Color(i)
+		ymax = math.Max(ymax, r.Y)
+		ref.Color = refColor(s.Lines, r.Name)
 		ref.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		ref.Width = vg.Points(1)
 		p.Add(ref)
 		p.Legend.Add(r.Name, ref)
 	}
+	// From 0 (shares and MiB are read against it), with room above the data for the legend.
+	p.Y.Min = math.Min(0, p.Y.Min)
+	if ymax > 0 {
+		p.Y.Max = math.Max(p.Y.Max, ymax*(1.15+0.06*float64(len(s.Lines)+len(s.Refs))))
+	}
 	return p, nil
+}
+
+// refColor is the colour of the line a reference belongs to ("limit pod 30 %" is pod 30 %'s),
+// else grey.
+func refColor(lines []schema.Line, ref string) color.Color {
+	for i, l := range lines {
+		if strings.Contains(ref, l.Name) {
+			return plotutil.Color(i)
+		}
+	}
+	return color.Gray{Y: 0x60}
 }

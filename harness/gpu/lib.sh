@@ -74,9 +74,12 @@ PY=${GPU_CHECK_PYTHON:-python3}
 have_torch() { "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
 TORCH_WHY="$PY cannot import torch with CUDA here (pip install torch for this driver's CUDA, or GPU_CHECK_PYTHON=/path/to/python of an environment that has it)"
 
-# need FILE WHAT: FILE exists (a build product), else the section is skipped naming the build log.
+# need FILE WHAT: FILE exists (a build product); else the section fails, naming the build log: a
+# GPU machine that cannot build the tier's C is a finding, not a skip.
 need() {
-	[ -e "$1" ] || skip_section "$2 was not built ($1 missing): see logs/build.log"
+	[ -e "$1" ] && return 0
+	rec "section" fail --note "$2 was not built ($1 missing): see logs/build.log"
+	exit 1
 }
 
 # in_container LIB CMD...: no environment at all, the library only through /etc/ld.so.preload and

@@ -211,7 +211,7 @@ func runGPUCompare(env *Env, args []string) error {
 		compare.Text(env.Stdout, c)
 	}
 	if len(c.Regressions) > 0 {
-		return &ExitError{1, fmt.Errorf("%d regressions since %s", len(c.Regressions), fs.Arg(0))}
+		return &ExitError{1, fmt.Errorf("%d regression(s) since %s", len(c.Regressions), fs.Arg(0))}
 	}
 	return nil
 }

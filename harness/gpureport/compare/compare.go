@@ -45,16 +45,25 @@ func Reports(last *schema.Report, lastFile string, cur *schema.Report) *schema.C
 			}
 		}
 	}
+	// A section not run this time is one change, however many checks it had.
+	notRun, order := map[string]int{}, []string{}
 	for i := range last.Checks {
 		l := &last.Checks[i]
 		if seen[l.ID()] {
 			continue
 		}
-		why := "not in this report"
 		if len(asked) > 0 && !asked[l.Section] {
-			why = "its section was not run this time"
+			if notRun[l.Section] == 0 {
+				order = append(order, l.Section)
+			}
+			notRun[l.Section]++
+			continue
 		}
-		c.Changes = append(c.Changes, change(schema.ChangeMissing, l, nil, why))
+		c.Changes = append(c.Changes, change(schema.ChangeMissing, l, nil, "not in this report"))
+	}
+	for _, sec := range order {
+		c.Changes = append(c.Changes, schema.Change{Kind: schema.ChangeMissing, Section: sec, Check: "(every check)",
+			Detail: fmt.Sprintf("the section was not run this time (%d check(s) in the earlier report)", notRun[sec])})
 	}
 	return c
 }

@@ -75,7 +75,7 @@ func TestReports(t *testing.T) {
 	}
 	want := map[string]string{
 		"memory/new one":      schema.ChangeNew,
-		"sched/30+50: pod 30": schema.ChangeMissing + ": its section was not run this time",
+		"sched/(every check)": schema.ChangeMissing + ": the section was not run this time (1 check(s)",
 		"memory/gone":         schema.ChangeMissing + ": not in this report",
 	}
 	for k, v := range want {

@@ -149,7 +149,11 @@ func status(s *schema.SectionRun, c schema.Counts) *schema.Check {
 	switch {
 	case s.Exit == 124 || s.Exit == 137:
 		s.Status = schema.StatusTimeout
-		return rec(schema.Fail, fmt.Sprintf("stopped at its time limit after %.0f s (exit %d)", s.Seconds, s.Exit))
+		note := fmt.Sprintf("stopped at its time limit after %.0f s (exit %d)", s.Seconds, s.Exit)
+		if s.Note != "" {
+			note = s.Note
+		}
+		return rec(schema.Fail, note)
 	case s.Exit == 77:
 		s.Status = schema.StatusSkip
 		if c.Total() == 0 {

@@ -45,6 +45,9 @@ func TestBundleOnFakegpu(t *testing.T) {
 		t.Fatalf("./gpu-check exited %d (0 or 1 wanted: it could not run):\n%s", code, tail(out, 60))
 	}
 	rep := readReport(t, r1)
+	if (code == 0) != (rep.Verdict == "pass") {
+		t.Errorf("./gpu-check exited %d with a report that says %s", code, rep.Verdict)
+	}
 	checkFullRun(t, r1, rep, out)
 
 	r2 := filepath.Join(t.TempDir(), "r2")

@@ -1,6 +1,7 @@
 /*
  * Everything a library needs before it can answer: the profile, the faults and where the shared
- * device state lives. Both libraries load it the same way, from the same environment:
+ * device state lives. Both libraries load it the same way, from the same environment (the
+ * engine's variables override the profile's keys timeslice_us, power_boost and nvml_samples):
  *   FAKEGPU_PROFILE      a profile name (looked up in FAKEGPU_PROFILE_DIR) or a path (has a '/')
  *   FAKEGPU_PROFILE_DIR  where names are looked up (default FG_DEFAULT_PROFILE_DIR)
  *   FAKEGPU_STATE_DIR    where the shared state file lives (default /run/fakegpu, else /tmp/fakegpu)
@@ -35,6 +36,7 @@ typedef struct fg_config {
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
+    uint64_t sm_clock_mhz; /* the profile's sm_clock_mhz: the SM clock at full load */
     char container[64];    /* FAKEGPU_CONTAINER, "" none */
     uint64_t stale_ns;     /* FAKEGPU_NVML_STALE_MS: an ended process stays in the NVML process list */
     char state_path[600];

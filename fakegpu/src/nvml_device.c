@@ -211,10 +211,9 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUt
     return NVML_SUCCESS;
 }
 
-/* The SM (and graphics) clock: FG_FULL_LOAD_MHZ times FAKEGPU_POWER_BOOST's speed factor, so a
- * lightly loaded device reports the higher clock a power-capped GPU runs at (cuda_launch.c); the
- * memory clock is the profile's (mem_clock_mhz). */
-#define FG_FULL_LOAD_MHZ 1500u
+/* The SM (and graphics) clock: the profile's sm_clock_mhz (the clock at full load, default 1500)
+ * times FAKEGPU_POWER_BOOST's speed factor, so a lightly loaded device reports the higher clock a
+ * power-capped GPU runs at (cuda_launch.c); the memory clock is the profile's (mem_clock_mhz). */
 FG_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
     NV_ENTER();
     HANDLE(device, d);
@@ -232,7 +231,7 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType
         return NVML_ERROR_UNKNOWN;
     uint64_t speed = fg_state_speed(&fg_nv.st, dv->unit, fg_now_ns(), fg_nv.cfg.power_boost);
     fg_state_unlock(&fg_nv.st);
-    *clock = (unsigned)(FG_FULL_LOAD_MHZ * speed / 100);
+    *clock = (unsigned)(fg_nv.cfg.sm_clock_mhz * speed / 100);
     return NVML_SUCCESS;
 }
 

@@ -96,7 +96,7 @@ var CleanHost = Tier{name: "a host without its own /overrideEnv and /etc/ld.so.p
 var HAMiPlugin = Tier{name: "HAMi's nvidia-device-plugin binary", provide: "set the variable to its path"}
 
 // GPU: a real NVIDIA GPU and driver. CI has none, so this stays a skip everywhere.
-var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (scripts/gpu-check.sh)", probe: func() error {
+var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (the GPU tier: make gpu-bundle, then ./gpu-check there)", probe: func() error {
 	return exec.Command("nvidia-smi", "-L").Run()
 }}
 

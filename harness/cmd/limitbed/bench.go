@@ -109,6 +109,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 // shared-GPU runs' (sharedFlags takes those).
 type computeFlags struct {
 	root, build, limits, workloads, policies, scenario, profile, schedBin string
+	records, section                                                      string
 	real, perWindow, asJSON, scheduler                                    bool
 	seconds                                                               int
 	tol                                                                   float64
@@ -146,6 +147,8 @@ func parseComputeFlags(env *cliEnv, args []string) (*computeFlags, error) {
 	fs.StringVar(&f.policies, "policies", "force,disable,default", "comma-separated policies")
 	fs.Float64Var(&f.tol, "tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
 	fs.BoolVar(&f.perWindow, "windows", false, "also print every 1 s ratio")
+	fs.StringVar(&f.records, "records", "", "single-container runs: also write each run as a GPU-tier check and series into this run directory (docs/gpu-report.md)")
+	fs.StringVar(&f.section, "section", "compute", "with --records: the section the checks belong to")
 	fs.Var(&f.specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
 		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
 	fs.StringVar(&f.scenario, "scenario", "", "a named shared-GPU scenario (list: --scenario list)")
@@ -206,7 +209,9 @@ func runCompute(ctx context.Context, env *cliEnv, f *computeFlags, plan []comput
 	defer os.RemoveAll(dir)
 	r := &computebench.Runner{Probe: probe, Preload: lib, Seconds: f.seconds, Dir: dir, Logger: klog.Background().V(4)}
 	where := "a real GPU"
-	if !f.real {
+	if f.real {
+		r.Env = driverEnv(os.Environ())
+	} else {
 		where = "fakegpu"
 		r.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(build, "lib"), "FAKEGPU_PROFILE=a16-16q",
 			"FAKEGPU_PROFILE_DIR=" + filepath.Join(root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")}
@@ -215,6 +220,11 @@ func runCompute(ctx context.Context, env *cliEnv, f *computeFlags, plan []comput
 		where, len(plan), f.seconds, computebench.SkipWindows)
 	outs, err := r.RunAll(ctx, plan, f.tol, env.stderr)
 	computebench.Report(env.stdout, outs, f.perWindow)
+	if f.records != "" {
+		if rerr := computeRecords(f.records, f.section, outs); rerr != nil {
+			return &exitError{2, fmt.Errorf("bench compute --records: %w", rerr)}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bench compute: %w", err)
 	}
@@ -250,6 +260,21 @@ func buildPaths(root, build string, need ...string) (string, string, error) {
 		}
 	}
 	return root, build, nil
+}
+
+// driverEnv is what a --real run passes on to its workloads from this process's environment: where
+// the driver is (LD_LIBRARY_PATH; fakegpu's variables when the "driver" is fakegpu, as in the GPU
+// tier's self-test) and which GPU (CUDA_VISIBLE_DEVICES). Nothing else: the library's variables
+// are the run's own.
+func driverEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "LD_LIBRARY_PATH" || k == "CUDA_VISIBLE_DEVICES" || strings.HasPrefix(k, "FAKEGPU_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {

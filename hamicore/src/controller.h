@@ -30,6 +30,7 @@ struct lb_bucket {
     _Atomic int scheduled;      /* the grant file names the device: paced only while the scheduler is away,
                                  * never with an unthrottled calibration run (docs/hamicore.md) */
     _Atomic unsigned hold;      /* control steps to keep the rate seeded from the scheduler's slices (gate.c) */
+    _Atomic int said;           /* the log said the device is paced by this library alone */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* the launch gate's, under its device lock: what the node scheduler's slices let through */
     uint64_t sch_units;         /* milli-units since sch_from */

@@ -22,6 +22,7 @@
 #include "init.h"
 #include "log.h"
 #include "region.h"
+#include "schedclient.h"
 #include "symbols.h"
 
 #define IDLE_PERIODS 50 /* the watcher exits after 5 s without a throttled launch */
@@ -244,11 +245,22 @@ void lb_limiter_seed(int dev)
     }
 }
 
+/* Once per device: the log says that this library alone paces it when there is no node scheduler
+ * at all (the gate says so, and why, for a device of a grant file: gate.c). */
+static void say_alone(int dev, struct lb_bucket *b)
+{
+    if (atomic_load_explicit(&b->said, memory_order_relaxed) || atomic_exchange(&b->said, 1) || lb_grant)
+        return;
+    LB_INFO("compute limit: device %d: no node scheduler: paced by this library alone (%u %%, %s)", dev, b->limit,
+            lb_cfg.policy == LB_POLICY_FORCE ? "force" : "default");
+}
+
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct lb_bucket *b = &g_b[dev];
     if (!b->limit)
         return;
+    say_alone(dev, b);
     int idle = 0;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed) && atomic_compare_exchange_strong(&b->in_use, &idle, 1))
         atomic_store(&b->calib_asked, 1);

@@ -1,7 +1,10 @@
-/* The fallback pacing's GPU-time ledger (ledger.h) on scripted completions and clocks. */
+/* The fallback pacing's GPU-time ledger (ledger.h) on scripted completions and clocks, and the
+ * controller's calibration decision on the launch times the ledger measures. */
 #include <stdatomic.h>
 
+#include "controller.h"
 #include "ledger.h"
+#include "region.h"
 #include "unit.h"
 
 #define MS 1000000LL
@@ -141,6 +144,49 @@ static void test_ledger_idle_credit_is_capped(void)
     CHECK(l.balance == LB_LG_CAP_NS + 300 * MS - 1000 * MS);
 }
 
+/* ---- the controller: no calibration run for launches of a control step or more ---- */
+
+static int64_t t_ns;
+static int c_util(int d, uint64_t l, int h) { (void)d, (void)l, (void)h; return 30; }
+static int c_device(int d) { (void)d; return 30; }
+static unsigned c_clock(int d) { (void)d; return 0; }
+static int c_shared(int d) { (void)d; return 0; }
+static int64_t c_now(void) { return t_ns; }
+static int64_t c_real(void) { return 1000000 + t_ns / 1000000000LL; }
+static int c_off(void) { return 0; }
+static const struct lb_sensors alone = {c_util, c_device, c_clock, c_shared, c_now, c_real, c_off};
+static struct lb_region_header hdr;
+
+/* The first throttled launch asked for a calibration; the ledger says how long launches take. */
+static int calibrates(int64_t launch_ns, int measured, int steps)
+{
+    struct lb_bucket b = {0};
+    memset(&hdr, 0, sizeof hdr);
+    lb_region = &hdr;
+    lb_ctl_forget_calibration();
+    b.limit = 30, t_ns = 1000 * MS;
+    atomic_store(&b.rate, LB_RATE_START);
+    atomic_store(&b.calib_asked, 1);
+    atomic_store(&b.launch_ns, launch_ns);
+    atomic_store(&b.launch_measured, measured);
+    lb_ctl_episode(&b);
+    for (int i = 0; i < steps && !atomic_load(&b.calib_until); i++) {
+        t_ns += 100 * MS;
+        atomic_fetch_add(&b.launched, 10 * LB_MILLI);
+        lb_ctl_step(0, &b, &alone);
+    }
+    return atomic_load(&b.calib_until) != 0;
+}
+
+static void test_controller_no_calibration_for_long_launches(void)
+{
+    CHECK(calibrates(2 * MS, 1, 1));                   /* short launches, measured: at once */
+    CHECK(!calibrates(LB_CALIB_LONG_NS, 1, 20));       /* a launch of a control step: never */
+    CHECK(!calibrates(LB_CALIB_LONG_NS, 0, 20));       /* ... nor one running that long */
+    CHECK(!calibrates(0, 0, LB_CTL_WINDOW));           /* nothing known yet: it waits ... */
+    CHECK(calibrates(0, 0, LB_CTL_WINDOW + 1));        /* ... a window at most */
+}
+
 const struct unit_test unit_ledger_tests[] = {
     {"ledger/a launch's first 50 ms are free, all of it charged from 100 ms", test_ledger_charges_what_a_launch_took},
     {"ledger/1 s and 5 s kernels held to 30 % of every cycle", test_ledger_holds_long_kernels_to_the_share},
@@ -148,5 +194,6 @@ const struct unit_test unit_ledger_tests[] = {
     {"ledger/short kernels are free, their queue bounded", test_ledger_short_kernels_are_free},
     {"ledger/an untimed launch costs a second; events spared per context", test_ledger_untimed_and_spares},
     {"ledger/idle credit is capped whoever looks when", test_ledger_idle_credit_is_capped},
+    {"controller/no calibration run for launches of a control step", test_controller_no_calibration_for_long_launches},
     {NULL, NULL},
 };

@@ -80,10 +80,11 @@ static void maybe_calibrate(int dev, struct lb_bucket *b, const struct lb_sensor
 }
 
 /* Launches of a control step or more are never calibrated: a second holds too few of them to
- * measure what a unit costs, and the unthrottled run would queue whole kernels past its end (1 s
- * kernels kept the GPU busy for 3 s of a 1.5 s run, and the pacing's first 10 s window after it
- * read 0.2). The decision waits, at most a control window, for a launch's time (pacetime.h): one
- * seen complete, or one running for that long. 1 while it does not calibrate now. */
+ * measure what a unit costs (a run beside 1 s kernels saw no launch in its last second and
+ * learned nothing), and the run's launches are not charged to the GPU-time ledger: a 1 s kernel
+ * launched in it would run unpaced, and queue another behind it. The decision waits, at most a
+ * control window, for a launch's time (pacetime.h): one seen complete, or one running for that
+ * long. 1 while it does not calibrate now. */
 static int calibration_waits(int dev, struct lb_bucket *b)
 {
     int64_t g = atomic_load(&b->launch_ns);

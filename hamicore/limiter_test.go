@@ -6,13 +6,17 @@ package hamicore_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/limitbed/limitbed/harness/computebench"
+	"github.com/limitbed/limitbed/harness/gpuwork"
 )
 
 // launchResult is launchprobe's JSON line, as computebench (its one reader) decodes it.
@@ -348,4 +352,182 @@ func TestComputeLimitFollowsUUID(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Kernels longer than the pacing's control step, without the node scheduler (no grant file), at
+// 30 % force, judged by fakegpu's record of the work its engine completed for the process
+// (harness/gpuwork), read every 100 ms. The pacing charges each launch its measured GPU time, a
+// launch still running its time so far, so a 1 s kernel is followed by 2.33 s of holding back and
+// a 5 s kernel by 11.67 s. A 1 s kernel's cycle is 3.33 s: every 10 s window after the first 2 s
+// holds three of them, 0.30 ± 0.03. A 5 s kernel's cycle is 16.67 s: a 10 s window inside its
+// holding back does nothing, whatever the limiter, so the 5 s case is judged over its cycle, from
+// its first kernel's start to its second's. Before the pacing charged GPU time, both were busy
+// 1.00 (a launch cost a unit of a rate that never went below a unit a second).
+func TestComputeLimitLongKernels(t *testing.T) {
+	t.Parallel()
+	tol := tolerance()
+	force := []string{"CUDA_DEVICE_SM_LIMIT=30", "GPU_CORE_UTILIZATION_POLICY=force", "LIBCUDA_LOG_LEVEL=3"}
+	t.Run("1s", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		rec := runRecorded(t, e, e.limited(force...), 14, []string{"--kernel-us=1000000"}, nil)
+		var long []float64
+		for from := 2.0; from+10 <= 14; from++ {
+			long = append(long, rec.share(from, from+10))
+		}
+		t.Logf("1 s kernels at 30 %%: 10 s windows after 2 s %.3f; 1 s windows %.2f", long, rec.windows(14))
+		for i, v := range long {
+			if v < 0.30-tol || v > 0.30+tol {
+				t.Errorf("1 s kernels at 30 %% force: the 10 s window from %d s did %.3f of the GPU's work (windows %.3f), want 0.30 ± %.2f",
+					i+2, v, long, tol)
+			}
+		}
+		// The log says once that the device is paced by the library alone (no grant file at all).
+		alone := regexp.MustCompile(`compute limit: device 0: [^\n]*paced by this library alone`)
+		if n := len(alone.FindAllString(rec.stderr, -1)); n != 1 {
+			t.Errorf("the log says %d times that device 0 is paced by this library alone, want once:\n%s", n, rec.stderr)
+		}
+	})
+	t.Run("5s", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		// The second kernel must start by 18.5 s (a cycle's share of at least 0.27); the run stops
+		// once it has started.
+		started := func(r *recorded) bool { return r.last() > 5.3 }
+		rec := runRecorded(t, e, e.limited(force...), 18.6, []string{"--kernel-us=5000000"}, started)
+		first, second := rec.kernelStart(0, 5), rec.kernelStart(5, 5)
+		if first < 0 {
+			t.Fatalf("5 s kernels at 30 %% force: no kernel ran (1 s windows %.2f)", rec.windows(18))
+		}
+		share := 5 / (rec.end() - first)
+		if second > 0 {
+			share = 5 / (second - first)
+		}
+		t.Logf("5 s kernels at 30 %%: first kernel at %.2f s, second at %.2f s: the cycle did %.3f of the GPU's work; 1 s windows %.2f",
+			first, second, share, rec.windows(18))
+		if share < 0.30-tol || share > 0.30+tol {
+			t.Errorf("5 s kernels at 30 %% force: the first kernel's cycle (from its start at %.2f s to the next's at %.2f s, -1: none by %.1f s) did %.3f of the GPU's work, want 0.30 ± %.2f",
+				first, second, rec.end(), share, tol)
+		}
+	})
+}
+
+// recorded is one launchprobe run's completed work, as fakegpu recorded it: at[i] seconds after
+// the run started, the process had done work[i] seconds of work.
+type recorded struct {
+	at     []float64
+	work   []float64
+	stderr string
+}
+
+func (r *recorded) add(at, work float64) { r.at, r.work = append(r.at, at), append(r.work, work) }
+
+// last is the work done by the latest reading.
+func (r *recorded) last() float64 { return r.work[len(r.work)-1] }
+
+func (r *recorded) end() float64 { return r.at[len(r.at)-1] }
+
+// workAt is the work done by time x, linear between two readings (fakegpu credits a kernel's
+// work as it runs).
+func (r *recorded) workAt(x float64) float64 {
+	for i := 1; i < len(r.at); i++ {
+		if r.at[i] >= x {
+			f := (x - r.at[i-1]) / (r.at[i] - r.at[i-1])
+			return r.work[i-1] + f*(r.work[i]-r.work[i-1])
+		}
+	}
+	return r.work[len(r.work)-1]
+}
+
+// share is the GPU's work done for the process over [from, to], per second.
+func (r *recorded) share(from, to float64) float64 {
+	return (r.workAt(to) - r.workAt(from)) / (to - from)
+}
+
+func (r *recorded) windows(n int) []float64 {
+	var w []float64
+	for i := 0; i < n && float64(i+1) <= r.end(); i++ {
+		w = append(w, r.share(float64(i), float64(i+1)))
+	}
+	return w
+}
+
+// kernelStart is when the kernel that ran after `before` seconds of work started, for kernels of
+// `length` seconds each running alone: a reading in its run tells (at - (work - before)); -1
+// when no reading falls in it.
+func (r *recorded) kernelStart(before, length float64) float64 {
+	for i := range r.at {
+		if r.work[i] > before+0.05 && r.work[i] < before+length-0.05 {
+			return r.at[i] - (r.work[i] - before)
+		}
+	}
+	return -1
+}
+
+// runRecorded runs launchprobe for seconds on e's own fake GPU, reading fakegpu's work record
+// every 100 ms, until it ends or stop says so (then it is killed: its result is not needed).
+func runRecorded(t *testing.T, e *env, environ []string, seconds float64, args []string, stop func(*recorded) bool) *recorded {
+	t.Helper()
+	const name = "longkernels"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rd, err := gpuwork.Open(ctx, filepath.Join(e.p.Bin, "gpuwork"), e.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	read := func() (uint64, float64) {
+		s, err := rd.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := s.ContainerWork(name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.NowNS, float64(w.WorkNS) / 1e9
+	}
+	t0, _ := read()
+	c := e.cmd(append(append([]string{}, environ...), "FAKEGPU_CONTAINER="+name), "hamicore-launchprobe",
+		append([]string{"--seconds", strconv.FormatFloat(seconds, 'f', 1, 64)}, args...)...)
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	ended := false
+	defer func() { // a failed reading leaves no probe behind
+		if !ended {
+			_ = c.Process.Kill()
+			<-done
+		}
+	}()
+	rec := &recorded{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now, w := read()
+		rec.add(float64(now-t0)/1e9, w)
+		select {
+		case err := <-done:
+			ended = true
+			now, w := read()
+			rec.add(float64(now-t0)/1e9, w)
+			rec.stderr = errb.String()
+			if err != nil {
+				t.Fatalf("launchprobe %v: %v\nstdout: %s\nstderr: %s", args, err, out.String(), errb.String())
+			}
+			return rec
+		case <-tick.C:
+		}
+		if stop != nil && stop(rec) {
+			_ = c.Process.Kill()
+			<-done
+			ended = true
+			rec.stderr = errb.String()
+			return rec
+		}
+	}
 }

@@ -79,6 +79,27 @@ static void maybe_calibrate(int dev, struct lb_bucket *b, const struct lb_sensor
     LB_DEBUG("compute limit: device %d: calibrating at full load for %lld ms", dev, (long long)(CALIB_NS / 1000000));
 }
 
+/* Launches of a control step or more are never calibrated: a second holds too few of them to
+ * measure what a unit costs (a run beside 1 s kernels saw no launch in its last second and
+ * learned nothing), and the run's launches are not charged to the GPU-time ledger: a 1 s kernel
+ * launched in it would run unpaced, and queue another behind it. The decision waits, at most a
+ * control window, for a launch's time (pacetime.h): one seen complete, or one running for that
+ * long. 1 while it does not calibrate now. */
+static int calibration_waits(int dev, struct lb_bucket *b)
+{
+    int64_t g = atomic_load(&b->launch_ns);
+    if (g >= LB_CALIB_LONG_NS) {
+        LB_DEBUG("compute limit: device %d: launches of %lld ms: no calibration run", dev, (long long)(g / 1000000));
+        return 1;
+    }
+    if (!atomic_load(&b->launch_measured) && b->calib_waited < LB_CTL_WINDOW) {
+        b->calib_waited++;
+        atomic_store(&b->calib_asked, 1); /* asked again at the next step */
+        return 1;
+    }
+    return 0;
+}
+
 /* s, the work a unit of time buys now relative to full load: this process's F / c, else the
  * container's figure from the region, else 1. F / c alone would also take a change of kernels, or
  * the lag of a deep queue, for a change of speed; a speed-up needs the clock to show it too, so s
@@ -264,7 +285,7 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
     double t = b->limit;
     /* A calibration starts one control step after the first throttled launch, not at it: two
      * containers started together have both made their contexts by then, and see each other. */
-    if (atomic_exchange(&b->calib_asked, 0))
+    if (atomic_exchange(&b->calib_asked, 0) && !calibration_waits(d, b))
         maybe_calibrate(d, b, sn);
     int64_t calib = atomic_load(&b->calib_until);
     /* The clock matters to the work factor (this process's F) and while F is measured. */
@@ -285,6 +306,7 @@ void lb_ctl_step(int d, struct lb_bucket *b, const struct lb_sensors *sn)
         return;
     }
     double s = work_factor(d, b), w = u * s; /* the work share */
+    atomic_store(&b->share_ppm, (uint32_t)(t * 10000 / s)); /* the GPU-time ledger's: T's time share */
     double te = time_share(b, t, s, w, hungry);
     int64_t next = store_rate(b, next_rate(d, b, te, u, u_min, units, hungry, sn));
     if (b->full > 0 && b->cost > 0 && b->steps > INTEGRAL_AFTER)

@@ -17,6 +17,7 @@
 #define LB_RATE_MIN (1 * LB_MILLI)          /* never starve: at least a unit a second */
 #define LB_RATE_MAX (1000000000LL * LB_MILLI)
 #define LB_CALIB_SLACK_NS 1000000000LL /* the watcher ends a calibration at its next step; launches alone a second later */
+#define LB_CALIB_LONG_NS 100000000LL   /* launches of a control step or more are never calibrated (controller.c) */
 
 struct lb_bucket {
     _Atomic int64_t tokens;     /* milli-units; launches wait while <= 0 */
@@ -30,6 +31,11 @@ struct lb_bucket {
     _Atomic int scheduled;      /* the grant file names the device: paced only while the scheduler is away,
                                  * never with an unthrottled calibration run (docs/hamicore.md) */
     _Atomic unsigned hold;      /* control steps to keep the rate seeded from the scheduler's slices (gate.c) */
+    _Atomic uint32_t share_ppm; /* the time share the GPU-time ledger refills at: T / s (ledger.h) */
+    _Atomic int64_t launch_ns;  /* the GPU ns a paced launch takes by its events, or the running one's so far
+                                 * if longer (pacetime.h); 0 = none seen */
+    _Atomic int launch_measured; /* ... and one launch was seen complete */
+    _Atomic int said;           /* the log said the device is paced by this library alone */
     uint32_t limit;             /* percent 1..99; 0 = not limited */
     /* the launch gate's, under its device lock: what the node scheduler's slices let through */
     uint64_t sch_units;         /* milli-units since sch_from */
@@ -50,6 +56,7 @@ struct lb_bucket {
     unsigned blind;             /* control steps since a calibration while its queue drains; 0 = none */
     int64_t drain_from;         /* CLOCK_MONOTONIC ns: the device's readings cover the calibration from then */
     unsigned drained;           /* control steps since the readings first showed the queue empty */
+    unsigned calib_waited;      /* control steps the calibration's decision waited for a launch's time */
 };
 
 /* One control step of device d's bucket (every LB_CTL_PERIOD_TICKS refills), on readings from s. */

@@ -13,6 +13,7 @@
 #include "gate.h"
 #include "init.h"
 #include "limiter.h"
+#include "pacetime.h"
 #include "symbols.h"
 
 #define MAX_EXECS 4096
@@ -127,8 +128,8 @@ static void work_of(CUgraphExec x, uint64_t *k, uint64_t *b)
     pthread_mutex_unlock(&g_mu);
 }
 
-/* The slow path: 1 + the device when the launch must be followed by its marker; -1: refused (an
- * ordinal no gate can hold, lb_gate_beyond). */
+/* The slow path: 2 x (1 + the device) when the gate was asked, + 1 when the launch must be
+ * followed by its marker; 0: not gated; -1: refused (an ordinal no gate can hold, lb_gate_beyond). */
 static int __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thread)
 {
     int dev, cur;
@@ -140,7 +141,7 @@ static int __attribute__((noinline)) gate(CUgraphExec x, CUstream s, int per_thr
     work_of(x, &k, &b);
     if (!k)
         return 0; /* no kernel in it: nothing to gate */
-    return lb_gate_enter(dev, s, per_thread, k, b) ? dev + 1 : 0;
+    return 2 * (dev + 1) + (lb_gate_enter(dev, s, per_thread, k, b) != 0);
 }
 
 int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
@@ -155,8 +156,11 @@ int lb_graph_launch_throttle(CUgraphExec x, CUstream s, int per_thread)
 
 CUresult lb_graph_launched(int mark, CUresult r, CUstream s, int per_thread)
 {
-    if (__builtin_expect(mark != 0, 0) && r == CUDA_SUCCESS)
-        lb_gate_after(mark - 1, s, per_thread);
+    if (__builtin_expect(mark != 0, 0)) {
+        if ((mark & 1) && r == CUDA_SUCCESS)
+            lb_gate_after(mark / 2 - 1, s, per_thread);
+        lb_pace_launched(mark / 2 - 1, s, per_thread, r); /* the pacing's event, if it paced it */
+    }
     return r;
 }
 

@@ -8,11 +8,12 @@
  * gate's fast path (gate.h). Otherwise the launch goes through the gate's slow path (it waits for
  * the slice, or is paced alone), then calls the driver with the reentrancy guard up, so a driver
  * whose _ptsz/Ex entry points call the plain one through its export is not gated twice, and
- * afterwards records the batch's marker if one is due. */
+ * afterwards records the batch's marker if one is due, and the paced launch's event (pacetime.h). */
 #include "ctxcache.h"
 #include "gate.h"
 #include "init.h"
 #include "limiter.h"
+#include "pacetime.h"
 #include "region.h"
 #include "symbols.h"
 
@@ -48,6 +49,7 @@ static inline uint64_t legacy_blocks(int w, int h)
     lb_guard_leave();                                                                                               \
     if (mark && r == CUDA_SUCCESS)                                                                                  \
         lb_gate_after(dev, stream, pt);                                                                             \
+    lb_pace_launched(dev, stream, pt, r);                                                                           \
     return r
 
 /* The launch is the driver's, with nothing to do here: without a compute limit or a scheduler,

@@ -3,7 +3,10 @@
  * per limited device that launches draw from and wait on, refilled every 10 ms at the rate the
  * controller (controller.c) sets every 100 ms from the sensors (sensors.c), by a watcher thread.
  * The launch that empties a bucket may overdraw it (any kernel makes progress; the debt delays
- * the next ones). Used only where no node scheduler drives the device (gate.c).
+ * the next ones). A launch also waits for the device's GPU-time ledger (pacetime.h, ledger.h):
+ * each launch is charged the GPU time its event measured, which a rate of launches cannot hold
+ * for kernels longer than NVML's window. Used only where no node scheduler drives the device
+ * (gate.c).
  */
 #include "limiter.h"
 
@@ -21,7 +24,9 @@
 #include "guard.h"
 #include "init.h"
 #include "log.h"
+#include "pacetime.h"
 #include "region.h"
+#include "schedclient.h"
 #include "symbols.h"
 
 #define IDLE_PERIODS 50 /* the watcher exits after 5 s without a throttled launch */
@@ -40,6 +45,7 @@ static int limited(uint32_t l) { return l > 0 && l < 100; }
 
 void lb_limiter_init(void)
 {
+    lb_pace_reset();
     for (int d = 0; lb_region && lb_cfg.policy != LB_POLICY_DISABLE && d < LB_REGION_MAX_DEVICES; d++)
         if (limited(lb_region->sm_limit[d])) /* the region's: first writer wins, as for memory */
             lb_launch_limited = 1;
@@ -73,6 +79,7 @@ static void resolve_limits(void)
         if (limited(l)) {
             g_b[ord].limit = l;
             atomic_store(&g_b[ord].rate, LB_RATE_START);
+            atomic_store(&g_b[ord].share_ppm, l * 10000);
         }
     }
 }
@@ -106,6 +113,7 @@ void lb_limiter_after_fork(void)
     atomic_store(&g_watcher, 0);
     pthread_mutex_init(&g_resolve_mu, NULL); /* a parent's thread may have held it */
     lb_ctl_forget_calibration();
+    lb_pace_reset(); /* the parent's events are not the child's */
     for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
         lb_ctl_after_fork(&g_b[d]);
         g_b[d].sch_units = 0, g_b[d].sch_from = 0, g_b[d].sch_rate = 0; /* the parent's launches */
@@ -126,6 +134,25 @@ static void refill(struct lb_bucket *b)
     } while (!atomic_compare_exchange_weak(&b->tokens, &t, n));
 }
 
+/* Every tick: refill the buckets, and look at the launches' events (a completion is charged within
+ * a tick of it). 1 while some device has launches in flight or waiting for the ledger. */
+static int look(int64_t now)
+{
+    int timing = 0;
+    for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
+        struct lb_bucket *b = &g_b[d];
+        if (!b->limit || !atomic_load(&b->in_use))
+            continue;
+        refill(b);
+        int busy = 0, measured = 0;
+        atomic_store(&b->launch_ns, lb_pace_poll(d, now, &busy, &measured));
+        if (measured)
+            atomic_store(&b->launch_measured, 1);
+        timing |= busy;
+    }
+    return timing;
+}
+
 static void *watcher(void *arg)
 {
     (void)arg;
@@ -140,11 +167,9 @@ static void *watcher(void *arg)
     int64_t next = lb_nvml_sensors.now_ns();
     unsigned tick = 0, idle = 0;
     for (;;) {
-        for (int d = 0; d < LB_REGION_MAX_DEVICES; d++)
-            if (g_b[d].limit && atomic_load(&g_b[d].in_use))
-                refill(&g_b[d]);
+        int timing = look(lb_nvml_sensors.now_ns());
         if (++tick % LB_CTL_PERIOD_TICKS == 0) {
-            int busy = 0;
+            int busy = timing; /* launches in flight, or waiting for their GPU time to be earned */
             for (int d = 0; d < LB_REGION_MAX_DEVICES; d++) {
                 struct lb_bucket *b = &g_b[d];
                 if (!b->limit || !atomic_load(&b->in_use))
@@ -244,11 +269,38 @@ void lb_limiter_seed(int dev)
     }
 }
 
+/* The device's GPU-time ledger (pacetime.h): a launch waits while the GPU time its predecessors
+ * took (the one still running counts its time so far) is not yet earned back at the limit, or
+ * while the work queued would take longer than the ledger's bound. */
+static void wait_ledger(int dev, struct lb_bucket *b)
+{
+    if (lb_pace_may(dev, atomic_load(&b->share_ppm), lb_nvml_sensors.now_ns()))
+        return;
+    lb_pace_waiting(dev, 1); /* the watcher stays meanwhile */
+    do {
+        ensure_watcher(); /* the ledger needs no refills: without a watcher it still holds */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    } while (!lb_nvml_sensors.switched_off() && !lb_pace_may(dev, atomic_load(&b->share_ppm), lb_nvml_sensors.now_ns()));
+    lb_pace_waiting(dev, -1);
+}
+
+/* Once per device: the log says that this library alone paces it when there is no node scheduler
+ * at all (the gate says so, and why, for a device of a grant file: gate.c). */
+static void say_alone(int dev, struct lb_bucket *b)
+{
+    if (atomic_load_explicit(&b->said, memory_order_relaxed) || atomic_exchange(&b->said, 1) || lb_grant)
+        return;
+    LB_INFO("compute limit: device %d: no node scheduler: paced by this library alone (%u %%, %s)", dev, b->limit,
+            lb_cfg.policy == LB_POLICY_FORCE ? "force" : "default");
+}
+
 void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
 {
     struct lb_bucket *b = &g_b[dev];
     if (!b->limit)
         return;
+    say_alone(dev, b);
     int idle = 0;
     if (!atomic_load_explicit(&b->in_use, memory_order_relaxed) && atomic_compare_exchange_strong(&b->in_use, &idle, 1))
         atomic_store(&b->calib_asked, 1);
@@ -277,9 +329,11 @@ void lb_limiter_take(int dev, uint64_t kernels, uint64_t blocks)
         if (lb_nvml_sensors.switched_off())
             break; /* the monitor let go meanwhile */
     }
+    wait_ledger(dev, b);
     ensure_watcher();
     atomic_fetch_sub(&b->tokens, cost);
     atomic_fetch_add(&b->launched, (uint64_t)cost);
+    lb_pace_taken(dev); /* its event follows it (lb_pace_launched) */
 }
 
 /* Once per monitor period per container (the monitor clears the word): also stamp the GPUs'

@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     }
     const struct unit_test *suites[] = {unit_limits_tests,     unit_limits_file_tests, unit_region_tests,
                                         unit_region_fds_tests, unit_procaddr_tests,    unit_modglobals_tests,
-                                        unit_sched_tests};
+                                        unit_sched_tests,      unit_ledger_tests};
     int passed = 0, failed = 0;
     for (size_t s = 0; s < sizeof suites / sizeof suites[0]; s++) {
         for (const struct unit_test *t = suites[s]; t->name; t++) {

@@ -41,4 +41,5 @@ extern const struct unit_test unit_region_fds_tests[];
 extern const struct unit_test unit_procaddr_tests[];
 extern const struct unit_test unit_modglobals_tests[];
 extern const struct unit_test unit_sched_tests[];
+extern const struct unit_test unit_ledger_tests[];
 #endif

@@ -466,6 +466,7 @@ static void test_controller_calibrates_only_when_it_may(void)
         atomic_store(&b.rate, LB_RATE_START);
         atomic_store(&b.scheduled, cases[i].scheduled);
         atomic_store(&b.calib_asked, 1);
+        atomic_store(&b.launch_ns, 2 * MS), atomic_store(&b.launch_measured, 1); /* short kernels (unit_ledger.c) */
         lb_ctl_episode(&b);
         step(&b);
         int calibrating = atomic_load(&b.calib_until) != 0;

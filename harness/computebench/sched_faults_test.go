@@ -64,9 +64,9 @@ func TestSchedulerLongKernels(t *testing.T) {
 	t.Parallel()
 	r, _ := scheduled(t)
 	sc := onGPUs("long-kernels", 32,
-		scenario("one", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, KernelUS: 5000000},
+		scenario("one", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, KernelUS: 5000000, Held: true},
 			computebench.Container{Name: "neighbour", Policy: "force", Limit: 70}),
-		scenario("eight", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, KernelUS: 5000000, Procs: 8},
+		scenario("eight", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, KernelUS: 5000000, Procs: 8, Held: true},
 			computebench.Container{Name: "neighbour", Policy: "force", Limit: 70}))
 	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
 }

@@ -30,6 +30,9 @@ type Container struct {
 	// Report: what the tenant puts in its scheduler report's place before its processes start
 	// (ReportPlants): a symlink, a directory, a short file. "": nothing.
 	Report string `json:"report,omitempty"`
+	// Held: its processes may still be held (a debt of long kernels) when the scenario ends: they
+	// are stopped then, not taken for stalled.
+	Held bool `json:"held,omitempty"`
 	// The share every 10 s window after the first 2 s must hold: Want ± the tolerance, or at
 	// least Min. Zero Want and Min: Limit/100 under force with a limit of 1..99, else not judged.
 	Want float64  `json:"want,omitempty"`
@@ -72,6 +75,9 @@ func (c Container) String() string {
 	if c.Report != "" {
 		s += ",report=" + c.Report
 	}
+	if c.Held {
+		s += ",held=true"
+	}
 	if c.Want > 0 {
 		s += ",want=" + strconv.FormatFloat(c.Want, 'g', -1, 64)
 	}
@@ -89,7 +95,7 @@ type Scenario struct {
 	Containers []Container `json:"containers"`
 }
 
-const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report want min"
+const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report held want min"
 
 // ReportPlants are what a container can put in its scheduler report's place (Container.Report).
 var ReportPlants = []string{"symlink", "dir", "short"}
@@ -134,6 +140,8 @@ func ParseContainer(spec string, index int) (Container, error) {
 			if err == nil && (c.Start < 0 || c.Start > time.Hour) {
 				err = fmt.Errorf("want 0 to 1h")
 			}
+		case "held":
+			c.Held, err = strconv.ParseBool(v)
 		case "report":
 			c.Report, err = v, oneOf(v, ReportPlants)
 		case "die":

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,7 +110,8 @@ func (c Container) probeArgs(seconds float64) []string {
 // proc is one started process of a container.
 type proc struct {
 	c        Container
-	dies     bool // killed by its own --die-after: its end is the point
+	dies     bool        // killed by its own --die-after: its end is the point
+	stopped  atomic.Bool // a held container's process stopped at the scenario's end
 	cmd      *exec.Cmd
 	out, err bytes.Buffer
 }
@@ -175,6 +177,9 @@ func plantReport(dir, plant string) error {
 
 func (p *proc) wait() error {
 	err := p.cmd.Wait()
+	if p.stopped.Load() {
+		return nil
+	}
 	if p.dies {
 		// SIGKILLed, or its wrapper (privatens) reporting a child SIGKILLed: 128 + 9.
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
@@ -291,6 +296,15 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	defer cancelProcs()
 	starts, procs, startErr := r.startAll(pctx, sc, smp, t0, t0snap.NowNS, gpu, node)
 	errs := []error{startErr}
+	stopHeld := time.AfterFunc(time.Until(t0.Add(time.Duration(sc.Seconds*float64(time.Second))+2*time.Second)), func() {
+		for _, p := range procs {
+			if p.c.Held {
+				p.stopped.Store(true)
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	})
+	defer stopHeld.Stop()
 	for _, p := range procs {
 		if startErr != nil {
 			_ = p.cmd.Process.Kill()

@@ -27,8 +27,6 @@ type Config struct {
 	// ActiveHold: a container is busy, for its neighbours' `default` policy, this long after it
 	// last launched or waited.
 	ActiveHold time.Duration
-	// OverlapMax: the longest a drain is waited for (and charged) past its slice.
-	OverlapMax time.Duration
 	// ClockEvery: how often the node reads each GPU's SM clock (Node.Clocks), which a slice's
 	// charge follows (speed.go).
 	ClockEvery time.Duration
@@ -53,7 +51,6 @@ func DefaultConfig() Config {
 		JoinGrace:   2 * time.Millisecond,
 		PendingHold: 50 * time.Millisecond,
 		ActiveHold:  500 * time.Millisecond,
-		OverlapMax:  10 * time.Second,
 		ClockEvery:  20 * time.Millisecond,
 		SpeedWindow: time.Second,
 		Calibrate:   1500 * time.Millisecond,

@@ -36,22 +36,18 @@ const (
 )
 
 type seat struct {
-	id       Identity
-	mode     mode
-	credit   time.Duration // GPU time it may still use; negative after an overrun
-	bonus    time.Duration // overlap charges given back (below): spent before credit
-	state    schedproto.State
-	grant    uint32 // the slice id of the last Run or Free
-	obs      schedproto.Entry
-	wantAt   time.Time // the want word last changed
-	activeAt time.Time // the active word last changed, or it launched or waited
-	waitFrom time.Time // owed a slice (pending, credit > 0) and waiting since; zero when not
-	lastRun  time.Time // its last slice started (round robin of unthrottled containers)
-	revoked  time.Time // its last slice was revoked (draining, overlapping)
-	seated   time.Time // first seen by a step
-	// While its revoked slice drains beside others' slices: what they were charged for the
-	// overlap beyond their half, given back when the drain is reported complete.
-	lent       map[*seat]time.Duration
+	id         Identity
+	mode       mode
+	credit     time.Duration // GPU time it may still use; negative after an overrun
+	state      schedproto.State
+	grant      uint32 // the slice id of the last Run or Free
+	obs        schedproto.Entry
+	wantAt     time.Time     // the want word last changed
+	activeAt   time.Time     // the active word last changed, or it launched or waited
+	waitFrom   time.Time     // owed a slice (pending, credit > 0) and waiting since; zero when not
+	lastRun    time.Time     // its last slice started (round robin of unthrottled containers)
+	revoked    time.Time     // its last slice was revoked (draining, overlapping)
+	seated     time.Time     // first seen by a step
 	drain      time.Duration // how long its drains took (smoothed): its slices end that much early
 	calibrated bool          // a calibration saw it busy (speed.go)
 	blind      bool          // its report cannot be read: always busy, charged whole (Observed.Blind)
@@ -353,7 +349,7 @@ func (g *GPU) decideModes(now time.Time) int {
 			fresh = append(fresh, s)
 		}
 		if m != modeLimited {
-			s.credit, s.bonus = 0, 0
+			s.credit = 0
 		}
 		s.mode = m
 	}

@@ -9,7 +9,7 @@ import (
 // ready reports a limited container that is owed the GPU: pending work and a full quantum of
 // credit (one period's share: it took no more than its share over the last period).
 func (g *GPU) ready(s *seat, now time.Time, den int) bool {
-	return s.mode == modeLimited && g.pending(s, now) && s.credit+s.bonus >= g.quantum(s, den)-time.Microsecond
+	return s.mode == modeLimited && g.pending(s, now) && s.credit >= g.quantum(s, den)-time.Microsecond
 }
 
 // owed reports a container that may take the GPU next: a ready limited one, or an unthrottled
@@ -84,7 +84,7 @@ func (g *GPU) pick(now time.Time, den int) {
 	}
 	s.state, s.grant = schedproto.Run, g.nextID
 	s.lastRun, g.start = now, now
-	g.budget, g.spent, g.from = max(s.credit+s.bonus, 0), 0, now.Add(g.cfg.JoinGrace)
+	g.budget, g.spent, g.from = max(s.credit, 0), 0, now.Add(g.cfg.JoinGrace)
 	g.holder, g.phase = s, phaseGranted
 	s.stats.Slices++
 	g.stats.Switches++

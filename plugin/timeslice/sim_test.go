@@ -300,6 +300,20 @@ func within(t *testing.T, what string, got []float64, want, tol float64) {
 	}
 }
 
+func atLeast(t *testing.T, what string, got []float64, lo float64) {
+	t.Helper()
+	if len(got) == 0 {
+		t.Errorf("%s: no 10 s window", what)
+		return
+	}
+	for i, v := range got {
+		if v < lo {
+			t.Errorf("%s: window %d: %.4f, want at least %.2f (all: %s)", what, i, v, lo, fmtf(got))
+			return
+		}
+	}
+}
+
 func fmtf(v []float64) string {
 	s := ""
 	for _, x := range v {
@@ -558,7 +572,12 @@ func TestLiesHurtOnlyTheLiar(t *testing.T) {
 			liar := s.add("liar", 50, PolicyForce, 1, ms)
 			liar.lies = tc.lie
 			s.run(13 * time.Second)
-			within(t, "the honest neighbour", honest.windows(), 0.30, 0.02)
+			// The honest neighbour never gets less than its share. It may get more: a liar that
+			// claims its work still runs after its slice (it never drains) is charged the part
+			// of each overlap its claim says it takes, and the neighbour only the rest — the liar
+			// can give its own share away, never take another's (docs/attacks.md).
+			atLeast(t, "the honest neighbour", honest.windows(), 0.30-0.02)
+			t.Logf("the honest neighbour: %s", fmtf(honest.windows()))
 			// The liar itself may get a little more than its limit: claiming its slices never
 			// started (no join) hides the drain of its last launches. That is the reach of any
 			// process that does not obey the library (docs/attacks.md); only its own limit moves.

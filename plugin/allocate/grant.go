@@ -15,13 +15,21 @@ import (
 // <key>.grant: root's, outside every container's read-write cache directory.
 const GrantDirName = "sched"
 
+// GrantSuffix ends a grant file's name: <key>.grant.
+const GrantSuffix = ".grant"
+
 // ContainerGrantPath is where a container sees its grant file, read-only; the path is compiled
 // into libvgpu.so (schedproto.ContainerGrantPath).
 const ContainerGrantPath = schedproto.ContainerGrantPath
 
 // GrantPath returns the host path of a container's grant file.
 func GrantPath(hookPath, key string) string {
-	return filepath.Join(hookPath, "vgpu", GrantDirName, key+".grant")
+	return filepath.Join(GrantDir(hookPath), key+GrantSuffix)
+}
+
+// GrantDir returns the host directory of the grant files.
+func GrantDir(hookPath string) string {
+	return filepath.Join(hookPath, "vgpu", GrantDirName)
 }
 
 // grantMount publishes the container's grant file, naming its GPUs in its device order with every

@@ -31,3 +31,11 @@ const (
 	DriverErrors          = "hami_monitor_driver_errors"
 	DriverLastPass        = "hami_monitor_driver_last_pass_timestamp_seconds"
 )
+
+// From the compute check of the accounting pass (plugin/monitor/compute_metrics.go).
+const (
+	ComputeBusy    = "hami_container_driver_busy_ratio"
+	ComputeAllowed = "hami_container_sched_allowed_ratio"
+	ComputeOutside = "hami_container_compute_outside_slices"
+	ComputeKills   = "hami_monitor_compute_kills_total"
+)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,13 +44,14 @@ type schedNode struct {
 	ids        staticIdentity
 	cgroup     map[string]string // container name -> its cgroup
 	key        map[string]string
+	limit      map[string]int
 }
 
 func newSchedNode(t *testing.T) (*schedNode, *gpu.ProcessLister) {
 	lister := fakeDriverLister(t) // sets fakegpu's environment for this test's processes too
 	hook := t.TempDir()
 	n := &schedNode{t: t, p: cbuild.Build(t), containers: filepath.Join(hook, "vgpu", "containers"), grants: filepath.Join(hook, "vgpu", "sched"),
-		cgroup: map[string]string{}, key: map[string]string{}}
+		cgroup: map[string]string{}, key: map[string]string{}, limit: map[string]int{}}
 	for _, k := range []string{"FAKEGPU_PROFILE", "FAKEGPU_PROFILE_DIR", "FAKEGPU_STATE_DIR"} {
 		n.gpuEnv = append(n.gpuEnv, k+"="+os.Getenv(k))
 	}
@@ -74,7 +76,7 @@ func (n *schedNode) container(name, uid string, limit int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(cg) })
-	n.cgroup[name] = cg
+	n.cgroup[name], n.limit[name] = cg, limit
 	c := gpuContainer(uid, cid, 8000, a16UUID)
 	c.Limits.SM, c.Limits.Policy = uint32(limit), limitsfile.PolicyForce
 	n.ids.cs = append(n.ids.cs, c)
@@ -123,19 +125,19 @@ func (n *schedNode) schedule() {
 	})
 }
 
-// launch starts launchprobe in container name for seconds, its kernels 1 ms, with preload as its
-// LD_PRELOAD: it joins the container's cgroup before anything of it runs.
-func (n *schedNode) launch(name, preload string, seconds int) (*exec.Cmd, *bytes.Buffer) {
+// launch starts launchprobe in container name for seconds, its kernels kernelUS long, with preload
+// as its LD_PRELOAD: it joins the container's cgroup before anything of it runs.
+func (n *schedNode) launch(name, preload string, seconds, kernelUS int) (*exec.Cmd, *bytes.Buffer) {
 	t := n.t
 	dir := filepath.Join(n.containers, n.key[name])
 	state := strings.TrimPrefix(n.gpuEnv[2], "FAKEGPU_STATE_DIR=")
 	args := []string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, n.cgroup[name],
 		filepath.Join(n.p.Root, "hamicore", "test", "privatens"), "--bind", dir, "--bind", state, "--mount", "/usr/local/vgpu=" + dir,
 		"--mount-ro", schedproto.ContainerGrantPath + "=" + filepath.Join(n.grants, n.key[name]+timeslice.GrantSuffix), "--",
-		filepath.Join(n.p.Bin, "hamicore-launchprobe"), "--seconds", strconv.Itoa(seconds), "--kernel-us", "1000"}
+		filepath.Join(n.p.Bin, "hamicore-launchprobe"), "--seconds", strconv.Itoa(seconds), "--kernel-us", strconv.Itoa(kernelUS)}
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Env = append(append(os.Environ(), n.gpuEnv...), "FAKEGPU_CONTAINER="+name, "LD_LIBRARY_PATH="+n.p.Lib, "LD_PRELOAD="+preload,
-		libvars.SharedCache+"="+filepath.Join(dir, UsageCacheName), libvars.SMLimit+"=50", libvars.CorePolicy+"="+limitsfile.PolicyForce)
+		libvars.SharedCache+"="+filepath.Join(dir, UsageCacheName), libvars.SMLimit+"="+strconv.Itoa(n.limit[name]), libvars.CorePolicy+"="+limitsfile.PolicyForce)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -243,14 +245,14 @@ func computeOutsideSlices(t *testing.T, bypassPreload string) {
 		}
 		return rep
 	}
-	neighbourCmd, neighbourErr := n.launch("neighbour", vgpu, 30)
+	neighbourCmd, neighbourErr := n.launch("neighbour", vgpu, 30, 1000)
 	time.Sleep(1500 * time.Millisecond)
 	pass()
 	time.Sleep(period)
 	pass()
 
 	// Report: the bypass starts; the monitor finds the tenant outside its slices within two periods.
-	bypass, _ := n.launch("tenant", strings.Join(preload, ":"), 30)
+	bypass, _ := n.launch("tenant", strings.Join(preload, ":"), 30, 1000)
 	started := time.Now()
 	var found time.Time
 	for found.IsZero() && time.Since(started) < 4*period {
@@ -348,4 +350,48 @@ func after(from, at time.Time) string {
 		return "never"
 	}
 	return at.Sub(from).Round(10*time.Millisecond).String() + " after"
+}
+
+// TestComputeObeyingContainersAreNotJudged: containers whose processes obey their grants are never
+// outside their slices, whatever their kernels: a 30 % container of 1 ms kernels beside a 50 % one
+// whose 200 ms kernels outlast every slice (their drains run past the slice, charged by the
+// scheduler). With kill set, nothing is killed over seconds of passes.
+func TestComputeObeyingContainersAreNotJudged(t *testing.T) {
+	tier.Require(t, tier.Root.For("cgroups for the containers, and privatens's private mount namespaces"))
+	n, lister := newSchedNode(t)
+	n.container("short", uidT, 30)
+	n.container("long", uidN, 50)
+	n.schedule()
+	vgpu := filepath.Join(n.p.Lib, "libvgpu.so")
+	events := &fakeEvents{}
+	a := &Accounting{Driver: lister, Busy: &gpu.BusySampler{Lib: lister.Lib}, GrantDir: n.grants, Identity: n.ids, Dir: n.containers,
+		ContextAllowance: 1 << 30, Enforcement: v1.EnforcementKill, Events: events, Logger: klog.Background()}
+	short, _ := n.launch("short", vgpu, 12, 1000)
+	long, _ := n.launch("long", vgpu, 12, 200000)
+	judged := map[string]int{}
+	for i := 0; i < 9; i++ {
+		time.Sleep(time.Second)
+		rep, err := a.Pass(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var line []string
+		for _, u := range rep.Compute {
+			judged[string(u.Container.PodUID)]++
+			line = append(line, fmt.Sprintf("%s busy %.2f allowed %.2f", u.Container.Pod.Name, u.Busy, u.Allowed))
+			if u.Outside {
+				t.Errorf("pass %d: %s judged outside its slices: busy %.2f, allowed %.2f", i, u.Container.Pod.Name, u.Busy, u.Allowed)
+			}
+		}
+		t.Logf("pass %d: %s", i, strings.Join(line, "; "))
+		if len(rep.ComputeKilled) > 0 {
+			t.Fatalf("pass %d killed %+v", i, rep.ComputeKilled)
+		}
+	}
+	if judged[uidT] < 6 || judged[uidN] < 6 {
+		t.Errorf("judged %v passes of 9, want both judged from the second pass on", judged)
+	}
+	if len(events.got) != 0 || !alive(short) || !alive(long) {
+		t.Errorf("events %q; alive %v %v", events.got, alive(short), alive(long))
+	}
 }

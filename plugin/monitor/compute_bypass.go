@@ -32,20 +32,23 @@ import (
 // A container whose processes were busy beyond what its allowed time can explain is outside its
 // slices:
 //
-//	busy share > allowed share + margin,  or, allowed nothing: busy share ≥ computeFloor.
+//	busy share > allowed share + margin, in two passes running,
+//	or, allowed nothing in the window: busy share ≥ computeFloor (at once).
 //
 // The allowed share is the larger of the last pass's and the last two passes' (the driver's
 // samples cover a window of their own, which need not match the pass's). The margin (default
-// 0.15 of the GPU) covers what an obeying container does beyond its grant by the samples' count:
+// 0.2 of the GPU) covers what an obeying container does beyond its grant by the samples' count:
 // the windows' misalignment with the pass (a slice of up to a period, 0.1 s, on either side), a
 // real GPU's samples in steps (an H200 gives 20 % steps under time-slicing, so up to 0.1), and
-// copies and memsets, which the library does not gate. A container the scheduler does not drive
+// copies and memsets, which the library does not gate. Two passes running: a sample window that
+// ends away from the pass's end (an H200's are staggered per process) can hold a burst the pass's
+// allowed time spreads thinner; the next pass's does not. A container the scheduler does not drive
 // on that GPU (no grant file, an Off entry, a scheduler that stopped beating or that predates
 // allowed_us) is not judged this way.
 
 // DefaultComputeMargin is the share of a GPU a container's processes may be busy beyond the share
 // the scheduler allowed it (docs/plugin.md, "Compute outside the slices").
-const DefaultComputeMargin = 0.15
+const DefaultComputeMargin = 0.2
 
 // computeFloor is the busy share at which a container allowed nothing in the window is judged:
 // above a sample's rounding (1 %) and a stray copy's or memset's kernel.
@@ -68,7 +71,9 @@ type ComputeUsage struct {
 	Busy      float64       // its processes' share of the GPU by the driver's samples
 	Allowed   float64       // the share of the window the scheduler allowed it
 	Margin    float64
-	Outside   bool // busy beyond what the allowed time explains
+	Never     bool // allowed nothing in the window
+	Exceeds   bool // busy beyond what the allowed time explains, this pass
+	Outside   bool // judged outside its slices: Exceeds, and Never or exceeded the pass before too
 	Processes []ComputeProcess
 	// Offenders are the processes to end, in order, until the rest fits (when Outside).
 	Offenders []ComputeProcess
@@ -91,6 +96,7 @@ type grantObs struct {
 // computeState is what the compute check keeps between passes (only Pass touches it).
 type computeState struct {
 	obs      map[groupKey][]grantObs // the last three readings, oldest first
+	exceeded map[groupKey]bool       // judged and beyond its bound in the last pass
 	episodes map[groupKey]bool       // outside and reported
 	kills    map[identity.Key]int    // under Accounting.mu
 }
@@ -114,7 +120,7 @@ func (a *Accounting) checkCompute(snap *identity.Snapshot, rep *Report) {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("driver utilisation: %v", err))
 	}
 	busy := a.busyByContainer(devs, snap, rep)
-	seen := map[groupKey]bool{}
+	seen, exceeded := map[groupKey]bool{}, map[groupKey]bool{}
 	for key, g := range grants {
 		for _, e := range g.GPU {
 			gk := groupKey{key, e.UUID.String()}
@@ -132,8 +138,9 @@ func (a *Accounting) checkCompute(snap *identity.Snapshot, rep *Report) {
 			if !ok || c.MIG || err != nil {
 				continue
 			}
-			if u, ok := a.judgeCompute(c, gk.gpu, o, busy[gk]); ok {
+			if u, ok := a.judgeCompute(c, gk.gpu, o, busy[gk], a.compute.exceeded[gk]); ok {
 				rep.Compute = append(rep.Compute, u)
+				exceeded[gk] = u.Exceeds
 			}
 		}
 	}
@@ -142,6 +149,7 @@ func (a *Accounting) checkCompute(snap *identity.Snapshot, rep *Report) {
 			delete(a.compute.obs, gk)
 		}
 	}
+	a.compute.exceeded = exceeded
 	sort.Slice(rep.Compute, func(i, j int) bool {
 		if ki, kj := rep.Compute[i].Container.Key.String(), rep.Compute[j].Container.Key.String(); ki != kj {
 			return ki < kj

@@ -328,7 +328,9 @@ func computeOutsideSlices(t *testing.T, bypassPreload string) {
 	later := shares(t, w1, snap(), "tenant", "neighbour")
 	t.Logf("after the kill: tenant %.3f, neighbour %.3f of the GPU; reported %s the bypass started, killed %s kill was set",
 		later["tenant"], later["neighbour"], after(started, found), after(killFrom, killedAt))
-	if later["neighbour"] < 0.45 || later["neighbour"] > 0.55 || later["tenant"] > 0.01 {
+	// Its 0.5 within 0.08: the scheduler holds ± 0.03 over 10 s windows (harness/computebench);
+	// this is 3 s on a loaded machine, under the race detector too. Before the kill it had 0.25.
+	if later["neighbour"] < 0.42 || later["neighbour"] > 0.58 || later["tenant"] > 0.01 {
 		t.Errorf("after the kill: %v, want the neighbour back at its 0.5 and the tenant idle", later)
 	}
 	if !alive(neighbourCmd) {

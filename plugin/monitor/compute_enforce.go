@@ -24,8 +24,11 @@ func usable(a, b grantObs) bool {
 }
 
 // judgeCompute holds container c's processes on gpu to the time the scheduler allowed it there
-// (obs, oldest first); false: not judged this pass.
-func (a *Accounting) judgeCompute(c *identity.Container, gpu string, obs []grantObs, procs []ComputeProcess) (ComputeUsage, bool) {
+// (obs, oldest first); false: not judged this pass. A container allowed nothing in the window is
+// outside as soon as it exceeds the floor; one that was allowed time only when it exceeds the bound
+// in two passes running (before: it did in the last one), so that one window of samples that does
+// not line up with the pass's allowed time (a burst at the edge) never ends a process.
+func (a *Accounting) judgeCompute(c *identity.Container, gpu string, obs []grantObs, procs []ComputeProcess, before bool) (ComputeUsage, bool) {
 	n := len(obs)
 	if n < 2 || !usable(obs[n-2], obs[n-1]) {
 		return ComputeUsage{}, false
@@ -52,7 +55,9 @@ func (a *Accounting) judgeCompute(c *identity.Container, gpu string, obs []grant
 		}
 		return busy <= allowed+margin
 	}
-	u.Outside = !fits(u.Busy)
+	u.Never = never
+	u.Exceeds = !fits(u.Busy)
+	u.Outside = u.Exceeds && (never || before)
 	if !u.Outside {
 		return u, true
 	}

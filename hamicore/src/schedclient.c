@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -84,7 +85,62 @@ static struct lb_sched_report *map_report(const char *path)
         munmap(p, LB_SCHED_FILE_SIZE);
         return NULL;
     }
+    atomic_fetch_or((_Atomic uint32_t *)&r->features, LB_REPORT_F_LIVE);
     return r;
+}
+
+/* Liveness of a joined process (LB_REPORT_F_LIVE): a shared lock on the entry's byte of the
+ * report, through a description of this process's own (a forked child opens its own: a lock
+ * taken through the parent's would be the parent's), which a mapping holds open, so the lock
+ * lasts as long as the process even if the program closes the descriptor (it then stays held
+ * until the process ends: a slice read as still running, charged to this container). */
+static char g_report_path[256];
+static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_live_fd = -1;
+static pid_t g_live_pid;
+static dev_t g_live_dev;
+static ino_t g_live_ino;
+
+static int live_fd(void)
+{
+    struct stat st;
+    pid_t me = getpid();
+    if (g_live_fd >= 0 && g_live_pid == me && fstat(g_live_fd, &st) == 0 && st.st_dev == g_live_dev &&
+        st.st_ino == g_live_ino)
+        return g_live_fd;
+    int fd = open(g_report_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == LB_SCHED_FILE_SIZE)
+        p = mmap(NULL, LB_SCHED_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    /* The program's number, if it took ours, stays the program's: never closed here. */
+    g_live_fd = fd, g_live_pid = me, g_live_dev = st.st_dev, g_live_ino = st.st_ino;
+    return fd;
+}
+
+/* A fork while another thread takes a lock: the child's mutex is released, as every module's. */
+static void live_prepare(void) { pthread_mutex_lock(&g_live_mu); }
+static void live_parent(void) { pthread_mutex_unlock(&g_live_mu); }
+static void __attribute__((constructor(101))) live_register_fork(void)
+{
+    pthread_atfork(live_prepare, live_parent, live_parent);
+}
+
+static void live(int e, short type)
+{
+    if (!g_report_path[0])
+        return;
+    pthread_mutex_lock(&g_live_mu);
+    int fd = live_fd();
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = LB_SCHED_LIVE_BYTE(e), .l_len = 1};
+    if (fd >= 0)
+        (void)fcntl(fd, F_OFD_SETLK, &fl); /* a shared lock never conflicts: only an error (EBADF) fails it */
+    pthread_mutex_unlock(&g_live_mu);
 }
 
 int lb_sched_attach(const char *grant_path, const char *report_path)
@@ -95,10 +151,16 @@ int lb_sched_attach(const char *grant_path, const char *report_path)
         return 0;
     }
     struct lb_sched_report *r = map_report(report_path);
-    if (!r) {
-        munmap((void *)g, LB_SCHED_FILE_SIZE);
-        return 0;
-    }
+    size_t n = strlen(report_path);
+    if (r && n < sizeof g_report_path)
+        memcpy(g_report_path, report_path, n + 1);
+    /* Without a report the grant still rules: pacing alone beside the node's slices would take
+     * the neighbours' time. The node reads a container without a readable report as always busy:
+     * it gets its slices, each charged whole, and no more. */
+    if (!r)
+        LB_ERROR("compute limit: %s: no scheduler report: launches still follow the node's grants, and this "
+                 "container is charged every slice whole; remove what is in the report's place",
+                 report_path);
     lb_grant = g, lb_report = r;
     LB_INFO("compute limit: the node scheduler grants this container's GPUs (%u in %s): launches follow its slices",
             g->ngpus, grant_path);
@@ -113,6 +175,10 @@ void lb_sched_detach(void)
     if (lb_report)
         munmap(lb_report, LB_SCHED_FILE_SIZE);
     lb_grant = NULL, lb_report = NULL;
+    g_report_path[0] = 0;
+    if (g_live_fd >= 0)
+        close(g_live_fd);
+    g_live_fd = -1;
 }
 #endif
 
@@ -162,8 +228,11 @@ static void ring(int e)
 
 void lb_sched_join(int e, uint32_t g)
 {
+    if (!lb_report)
+        return;
     _Atomic uint64_t *w = join_of(e);
     uint64_t j = atomic_load(w);
+    live(e, F_RDLCK); /* before the join is seen: a joiner the node counts is never read as gone */
     while (!atomic_compare_exchange_weak(w, &j, lb_join_add(j, g)))
         ;
     ring(e); /* the slice is charged from its first launch */
@@ -171,18 +240,26 @@ void lb_sched_join(int e, uint32_t g)
 
 void lb_sched_drained(int e, uint32_t g)
 {
+    if (!lb_report)
+        return;
     _Atomic uint64_t *w = join_of(e);
     uint64_t j = atomic_load(w);
     while (!atomic_compare_exchange_weak(w, &j, lb_join_drain(j, g)))
         ;
+    live(e, F_UNLCK); /* after the drain is counted: never a moment read as gone while counted in */
     ring(e);
 }
 
-void lb_sched_want(int e) { atomic_fetch_add_explicit((_Atomic uint32_t *)&lb_report->gpu[e].want, 1, memory_order_relaxed); }
+void lb_sched_want(int e)
+{
+    if (lb_report)
+        atomic_fetch_add_explicit((_Atomic uint32_t *)&lb_report->gpu[e].want, 1, memory_order_relaxed);
+}
 
 void lb_sched_active(int e, uint32_t seq)
 {
-    atomic_store_explicit((_Atomic uint32_t *)&lb_report->gpu[e].active, seq, memory_order_relaxed);
+    if (lb_report)
+        atomic_store_explicit((_Atomic uint32_t *)&lb_report->gpu[e].active, seq, memory_order_relaxed);
 }
 
 void lb_futex_wait(const _Atomic uint32_t *w, uint32_t v, int64_t ns)

@@ -9,9 +9,10 @@
 
 #include "limitbed/sched.h"
 
-/* NULL when the container has no grant file (no scheduler on the node, bare Docker, an older
- * plugin) or no report could be made (then nothing would ever be granted: the library paces
- * itself instead). */
+/* lb_grant: NULL when the container has no grant file (no scheduler on the node, bare Docker, an
+ * older plugin): the library paces itself. lb_report: NULL when no report could be made (something
+ * else in its place): launches still follow the grant, and nothing is reported (the node reads
+ * such a container as always busy). */
 extern const struct lb_sched_grant *lb_grant;
 extern struct lb_sched_report *lb_report;
 

@@ -22,6 +22,9 @@
  *   --ex              same as --api ex
  *   --ptsz            fetch the per-thread-default-stream variants through cuGetProcAddress
  *   --device N        launch on CUDA ordinal N (default 0)
+ *   --die-after S     SIGKILL itself S seconds in, right after a launch: a process that dies while
+ *                     its work runs under its container's slice (joined, never drained), as a
+ *                     benchmark's worker killed by its parent or a crash
  *
  * Work is counted in nominal ns: the spin duration times the waves of the grid (ceil(blocks /
  * SMs)), which is exactly what fakegpu charges; on a real GPU a fraction is only meaningful
@@ -35,10 +38,12 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "limitbed/cuda_abi.h"
 
@@ -106,7 +111,7 @@ static double cpu_wait_ns(void)
 
 /* What the command line asks for. */
 struct opts {
-    double seconds, window;
+    double seconds, window, die_after;
     unsigned blocks, kernel_us, burst;
     int ptsz, device, is_mix, is_graph, is_burst, spin;
     int a_ex, a_coop, a_multi, a_legacy;
@@ -169,10 +174,12 @@ static int parse(int argc, char **argv, struct opts *o)
             o->ptsz = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
             o->device = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--die-after") && i + 1 < argc)
+            o->die_after = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: launchprobe [--seconds S] [--window W] [--workload uniform|mix|graph|burst] "
                             "[--kernel-us U] [--blocks B] [--burst K] [--api kernel|ex|coop|multi|legacy] [--ex] "
-                            "[--ptsz] [--device ORDINAL]\n");
+                            "[--ptsz] [--device ORDINAL] [--die-after S]\n");
             return 2;
         }
     }
@@ -395,6 +402,8 @@ int main(int argc, char **argv)
         if ((r = launch_one(&o, &x, fn, gx, b, o.spin ? params : NULL)) != CUDA_SUCCESS)
             break;
         n++, k++;
+        if (o.die_after > 0 && now_s() - t0 >= o.die_after)
+            kill(getpid(), SIGKILL);
         if (o.is_burst && k % o.burst == 0 && (sr = x.sync()) != CUDA_SUCCESS)
             break;
         work_ns += nominal, win_ns += nominal;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "controller.h"
@@ -269,8 +270,9 @@ static void test_attach_refuses_what_is_not_a_grant(void)
 }
 
 /* A report the container's processes left in another shape is made a report again; one that
- * cannot be made (a symlink planted in its place) means pacing alone, never waiting for grants
- * the scheduler would never give. */
+ * cannot be made (a symlink planted in its place) leaves the grant in charge: launches follow it,
+ * nothing is reported (the node reads the container as always busy), never pacing alone beside
+ * the node's slices. */
 static void test_attach_repairs_or_refuses_the_report(void)
 {
     char g[512], r[512];
@@ -284,8 +286,60 @@ static void test_attach_repairs_or_refuses_the_report(void)
     lb_sched_detach();
     unlink(r);
     CHECK(symlink("/tmp/elsewhere", r) == 0);
-    CHECK(lb_sched_attach(g, r) == 0);
-    CHECK(!lb_grant && !lb_report);
+    CHECK(lb_sched_attach(g, r) == 1);
+    CHECK(lb_grant && !lb_report);
+    lb_sched_join(0, 5); /* nothing to write: no fault */
+    lb_sched_want(0);
+    lb_sched_active(0, 1);
+    lb_sched_drained(0, 5);
+    lb_sched_detach();
+}
+
+/* The kind of lock another process holds on the report's live byte of entry e: F_UNLCK if none. */
+static short live_lock(const char *report, int e)
+{
+    int fd = open(report, O_RDONLY | O_CLOEXEC);
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = LB_SCHED_LIVE_BYTE(e), .l_len = 1};
+    short t = fd >= 0 && fcntl(fd, F_OFD_GETLK, &q) == 0 ? q.l_type : -1;
+    if (fd >= 0)
+        close(fd);
+    return t;
+}
+
+/* A joined process holds its entry's live lock until its drain; a forked child's join is its own
+ * (its exit drops its lock, not the parent's), and a process that dies joined leaves no lock. */
+static void test_joined_processes_hold_a_live_lock(void)
+{
+    char g[512], r[512];
+    paths(g, r, sizeof g, "live");
+    grant_file(g, 2);
+    CHECK(lb_sched_attach(g, r) == 1);
+    CHECK(lb_report->features & LB_REPORT_F_LIVE);
+    CHECK(live_lock(r, 1) == F_UNLCK);
+    lb_sched_join(1, 4);
+    CHECK(live_lock(r, 1) == F_RDLCK);
+    CHECK(live_lock(r, 0) == F_UNLCK);
+    pid_t c = fork();
+    if (c == 0) {
+        lb_sched_join(1, 4);
+        lb_sched_drained(1, 4); /* the child's own lock: the parent's stays */
+        _exit(live_lock(r, 1) == F_RDLCK ? 0 : 1);
+    }
+    int st = -1;
+    waitpid(c, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(live_lock(r, 1) == F_RDLCK);
+    lb_sched_drained(1, 4);
+    CHECK(live_lock(r, 1) == F_UNLCK);
+    c = fork();
+    if (c == 0) {
+        lb_sched_join(1, 5);
+        _exit(0); /* dies joined: the kernel drops its lock */
+    }
+    waitpid(c, &st, 0);
+    CHECK_U64(lb_report->gpu[1].join, jw(5, 1, 0));
+    CHECK(live_lock(r, 1) == F_UNLCK);
+    lb_sched_detach();
 }
 
 /* ---- the fallback controller, on scripted readings ---- */
@@ -433,7 +487,8 @@ const struct unit_test unit_sched_tests[] = {
     {"sched/join and drain arithmetic", test_join_arithmetic},
     {"sched/attach maps the grant and makes the report", test_attach_maps_grant_and_makes_report},
     {"sched/no grant file, or not one: no scheduler", test_attach_refuses_what_is_not_a_grant},
-    {"sched/a junk report is repaired, a planted symlink refused", test_attach_repairs_or_refuses_the_report},
+    {"sched/a junk report is repaired; without one the grant still rules", test_attach_repairs_or_refuses_the_report},
+    {"sched/a joined process holds a live lock until its drain, its death drops it", test_joined_processes_hold_a_live_lock},
     {"controller/converges to the limit whatever a unit costs", test_controller_converges_to_the_limit},
     {"controller/follows a change of kernels", test_controller_follows_a_change_of_kernels},
     {"controller/keeps a rate seeded from the scheduler for a window", test_controller_keeps_a_seeded_rate_for_a_window},

@@ -24,6 +24,12 @@ type Container struct {
 	KernelUS int           `json:"kernel_us"`
 	Burst    int           `json:"burst"` // burst: kernels per synchronisation
 	Procs    int           `json:"procs"`
+	// Die: its first process SIGKILLs itself this long after its start, right after a launch
+	// (while it holds the container's slice); the others go on. 0: none dies.
+	Die time.Duration `json:"die,omitempty"`
+	// Report: what the tenant puts in its scheduler report's place before its processes start
+	// (ReportPlants): a symlink, a directory, a short file. "": nothing.
+	Report string `json:"report,omitempty"`
 	// The share every 10 s window after the first 2 s must hold: Want ± the tolerance, or at
 	// least Min. Zero Want and Min: Limit/100 under force with a limit of 1..99, else not judged.
 	Want float64  `json:"want,omitempty"`
@@ -60,6 +66,12 @@ func (c Container) signature() string {
 func (c Container) String() string {
 	s := fmt.Sprintf("name=%s,gpu=%d,policy=%s,limit=%d,priority=%d,start=%s,workload=%s,kernel-us=%d,burst=%d,procs=%d",
 		c.Name, c.GPU, c.Policy, c.Limit, c.Priority, c.Start, c.Workload, c.KernelUS, c.Burst, c.Procs)
+	if c.Die > 0 {
+		s += ",die=" + c.Die.String()
+	}
+	if c.Report != "" {
+		s += ",report=" + c.Report
+	}
 	if c.Want > 0 {
 		s += ",want=" + strconv.FormatFloat(c.Want, 'g', -1, 64)
 	}
@@ -77,7 +89,10 @@ type Scenario struct {
 	Containers []Container `json:"containers"`
 }
 
-const specKeys = "name gpu limit policy priority start workload kernel-us burst procs want min"
+const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report want min"
+
+// ReportPlants are what a container can put in its scheduler report's place (Container.Report).
+var ReportPlants = []string{"symlink", "dir", "short"}
 
 // ParseContainer reads a container spec: comma-separated key=value pairs (specKeys), e.g.
 // "limit=30,policy=force,workload=mix,start=1s". Defaults: policy force, workload uniform,
@@ -105,7 +120,7 @@ func ParseContainer(spec string, index int) (Container, error) {
 		case "priority":
 			c.Priority, err = intIn(v, -1000, 1000)
 		case "procs":
-			c.Procs, err = intIn(v, 1, 16)
+			c.Procs, err = intIn(v, 1, 64)
 		case "kernel-us":
 			c.KernelUS, err = intIn(v, 1, 10000000)
 		case "burst":
@@ -118,6 +133,13 @@ func ParseContainer(spec string, index int) (Container, error) {
 			c.Start, err = time.ParseDuration(v)
 			if err == nil && (c.Start < 0 || c.Start > time.Hour) {
 				err = fmt.Errorf("want 0 to 1h")
+			}
+		case "report":
+			c.Report, err = v, oneOf(v, ReportPlants)
+		case "die":
+			c.Die, err = time.ParseDuration(v)
+			if err == nil && (c.Die <= 0 || c.Die > time.Hour) {
+				err = fmt.Errorf("want more than 0, at most 1h")
 			}
 		case "want", "min":
 			var f float64
@@ -136,6 +158,9 @@ func ParseContainer(spec string, index int) (Container, error) {
 		if err != nil {
 			return c, fmt.Errorf("container %q: %s=%s: %w", spec, k, v, err)
 		}
+	}
+	if c.Die > 0 && c.Procs < 2 {
+		return c, fmt.Errorf("container %q: die needs procs of 2 or more (one dies, the others go on)", spec)
 	}
 	if c.Want > 0 && c.Min > 0 {
 		return c, fmt.Errorf("container %q: want and min together: judge by one", spec)

@@ -135,7 +135,7 @@ func (r *SharedRunner) baseline(ctx context.Context, profile string, c Container
 		return 0, err
 	}
 	gpu := r.gpuEnv(profile, filepath.Join(dir, "gpu"))
-	c.Name, c.Policy, c.GPU, c.Start = "unthrottled", "none", 0, 0
+	c.Name, c.Policy, c.GPU, c.Start, c.Die = "unthrottled", "none", 0, 0, 0
 	t0 := time.Now()
 	// It launches half a second longer than it is read, so the last reading is not its drain.
 	ps, err := r.start(ctx, c, gpu, filepath.Join(dir, "containers"), secs+0.5)

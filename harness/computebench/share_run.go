@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/limitbed/limitbed/harness/gpuwork"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // SharedRunner runs scenarios of several containers on the GPUs of one fakegpu profile and
@@ -106,6 +108,7 @@ func (c Container) probeArgs(seconds float64) []string {
 // proc is one started process of a container.
 type proc struct {
 	c        Container
+	dies     bool // killed by its own --die-after: its end is the point
 	cmd      *exec.Cmd
 	out, err bytes.Buffer
 }
@@ -117,6 +120,9 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
+	if err := plantReport(dir, c.Report); err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
 	env := append(append([]string{}, gpu...), "FAKEGPU_CONTAINER="+c.Name, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(c.GPU))
 	if c.Policy != "none" {
 		env = append(env, "LD_PRELOAD="+r.Preload, libvars.SharedCache+"="+filepath.Join(dir, monitor.UsageCacheName),
@@ -126,7 +132,11 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	env = append(env, c.Env...)
 	var ps []*proc
 	for i := 0; i < c.Procs; i++ {
-		p := &proc{c: c, cmd: exec.CommandContext(ctx, r.Probe, c.probeArgs(seconds)...)}
+		args := c.probeArgs(seconds)
+		if i == 0 && c.Die > 0 {
+			args = append(args, "--die-after", strconv.FormatFloat(c.Die.Seconds(), 'f', 3, 64))
+		}
+		p := &proc{c: c, cmd: exec.CommandContext(ctx, r.Probe, args...), dies: i == 0 && c.Die > 0}
 		p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = env, &p.out, &p.err
 		if r.Prepare != nil {
 			if err := r.Prepare(ctx, c, dir, p.cmd); err != nil {
@@ -141,8 +151,34 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	return ps, nil
 }
 
+// plantReport puts what a hostile container would in its scheduler report's place (in its own
+// cache directory, before its processes start).
+func plantReport(dir, plant string) error {
+	path := filepath.Join(dir, schedproto.ReportName)
+	switch plant {
+	case "":
+		return nil
+	case "symlink":
+		return os.Symlink("/dev/null", path)
+	case "dir":
+		return os.Mkdir(path, 0o755)
+	case "short":
+		return os.WriteFile(path, []byte("not a report"), 0o666)
+	}
+	return fmt.Errorf("report=%s: want one of %v", plant, ReportPlants)
+}
+
 func (p *proc) wait() error {
 	err := p.cmd.Wait()
+	if p.dies {
+		// SIGKILLed, or its wrapper (privatens) reporting a child SIGKILLed: 128 + 9.
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			if ws := ee.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() == syscall.SIGKILL || ws.ExitStatus() == 128+int(syscall.SIGKILL) {
+				return nil
+			}
+		}
+		return fmt.Errorf("container %s: a process meant to die (--die-after) ended otherwise: %v\nstderr: %s", p.c.Name, err, p.err.String())
+	}
 	if err == nil {
 		_, err = ParseProbe(p.out.Bytes())
 	}
@@ -184,6 +220,10 @@ func (s *sampler) run(ctx context.Context, tick time.Duration) {
 		}
 	}
 }
+
+// StallGrace is how long past a scenario's end its processes may take to finish (a launchprobe
+// synchronises its queue, at most a second of work) before they are taken for stalled.
+const StallGrace = 20 * time.Second
 
 // Run runs the scenario: its containers start at their offsets on one fresh fakegpu host (the
 // node monitor's policy pass running when a container uses `default`), and end together.
@@ -240,13 +280,20 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	t0 := time.Now()
 	wg.Add(1)
 	go func() { defer wg.Done(); smp.run(sctx, tick) }()
-	starts, procs, startErr := r.startAll(ctx, sc, smp, t0, t0snap.NowNS, gpu, node)
+	// A process still running this long after the scenario's end is stalled (a launch waiting for
+	// a slice that never comes): killed, and the scenario fails saying so, instead of hanging.
+	pctx, cancelProcs := context.WithTimeout(ctx, time.Duration(sc.Seconds*float64(time.Second))+StallGrace)
+	defer cancelProcs()
+	starts, procs, startErr := r.startAll(pctx, sc, smp, t0, t0snap.NowNS, gpu, node)
 	errs := []error{startErr}
 	for _, p := range procs {
 		if startErr != nil {
 			_ = p.cmd.Process.Kill()
 		}
 		errs = append(errs, p.wait())
+	}
+	if errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("a process was still running %v after the scenario's end: stalled, killed", StallGrace))
 	}
 	_, _ = smp.mark()
 	stopSampler()

@@ -8,9 +8,9 @@ import (
 )
 
 func TestParseContainer(t *testing.T) {
-	c, err := ParseContainer("limit=30,policy=default,workload=burst,burst=2,kernel-us=500,start=1.5s,gpu=1,priority=2,procs=3,name=web", 4)
+	c, err := ParseContainer("limit=30,policy=default,workload=burst,burst=2,kernel-us=500,start=1.5s,gpu=1,priority=2,procs=3,die=2s,name=web", 4)
 	want := Container{Name: "web", GPU: 1, Limit: 30, Policy: "default", Priority: 2, Start: 1500 * time.Millisecond,
-		Workload: "burst", KernelUS: 500, Burst: 2, Procs: 3}
+		Workload: "burst", KernelUS: 500, Burst: 2, Procs: 3, Die: 2 * time.Second}
 	if err != nil || c.String() != want.String() {
 		t.Fatalf("got %v, %v; want %v", c, err, want)
 	}
@@ -36,7 +36,7 @@ func TestParseContainer(t *testing.T) {
 	}
 	for _, bad := range []string{"", "limit", "limit=", "limit=101", "policy=fast", "workload=gemm", "start=-1s",
 		"gpu=16", "procs=0", "want=2", "want=0.3,min=0.2", "name=a_b", "name=" + strings.Repeat("x", 41), "limit=3,limit=4",
-		"colour=blue", "kernel-us=0", "start=soon"} {
+		"colour=blue", "kernel-us=0", "start=soon", "die=1s", "procs=2,die=0s", "procs=2,die=soon", "procs=65"} {
 		if _, err := ParseContainer(bad, 0); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

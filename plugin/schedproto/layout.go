@@ -27,10 +27,11 @@ const (
 	entrySize = 64
 	entries   = 64 // offset of entry 0 in both files
 
-	offMagic   = 0
-	offVersion = 8
-	offNGPUs   = 12 // grant only
-	offPeriod  = 16 // grant only
+	offMagic    = 0
+	offVersion  = 8
+	offNGPUs    = 12 // grant only
+	offFeatures = 12 // report only
+	offPeriod   = 16 // grant only
 
 	offUUID    = 0  // grant entry
 	offWord    = 16 // grant entry
@@ -47,6 +48,14 @@ const (
 
 	structSize = entries + MaxGPUs*entrySize // 1088
 )
+
+// FeatureLive, in a report's features: its library keeps the live locks (LiveByte).
+const FeatureLive = 1
+
+// LiveByte is the byte of the report file (past its end) on which each process of the container
+// holds a shared lock while it has joined a slice on GPU i and not reported that slice's drain;
+// the kernel drops it when the process dies (sched.h, LB_REPORT_F_LIVE).
+func LiveByte(i int) uint64 { return FileSize + uint64(i) }
 
 // State is a grant's state for one GPU of one container.
 type State uint32

@@ -57,7 +57,8 @@ func TestLayoutMatchesSchedH(t *testing.T) {
 		"grant_entry.reserved":     {offStamp + 4, entrySize - offStamp - 4},
 		"report.magic":             {offMagic, 8},
 		"report.version":           {offVersion, 4},
-		"report.reserved":          {offVersion + 4, entries - offVersion - 4},
+		"report.features":          {offFeatures, 4},
+		"report.reserved":          {offFeatures + 4, entries - offFeatures - 4},
 		"report.gpu":               {entries, MaxGPUs * entrySize},
 		"report_entry.join":        {offJoin, 8},
 		"report_entry.want":        {offWant, 4},
@@ -104,7 +105,8 @@ func TestLayoutMatchesSchedH(t *testing.T) {
 		"LB_SCHED_MAX_GPUS": MaxGPUs, "LB_SCHED_FILE_SIZE": FileSize, "LB_GRANT_STATE_MASK": stateMask,
 		"LB_GRANT_SEQ_SHIFT": seqShift, "LB_GRANT_OFF": uint64(Off), "LB_GRANT_WAIT": uint64(Wait),
 		"LB_GRANT_RUN": uint64(Run), "LB_GRANT_FREE": uint64(Free), "LB_JOIN_GRANT_SHIFT": 32,
-		"LB_JOIN_JOINS_SHIFT": 16, "LB_JOIN_COUNT_MASK": 0xffff,
+		"LB_JOIN_JOINS_SHIFT": 16, "LB_JOIN_COUNT_MASK": 0xffff, "LB_REPORT_F_LIVE": FeatureLive,
+		"LB_SCHED_LIVE_BYTE(0)": LiveByte(0),
 	}
 	for name, want := range goConsts {
 		if got, ok := c.Constants[name]; !ok {

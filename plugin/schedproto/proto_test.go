@@ -313,3 +313,50 @@ func TestReportCloseDuringWaitBell(t *testing.T) {
 		t.Error("Entry after Close returned no error")
 	}
 }
+
+// A report whose library keeps live locks says whether a joiner that did not drain is alive: the
+// kernel's record of the locks, not a word the container writes. Without the feature, or with
+// every joiner drained, nothing is asked.
+func TestReportLiveLocks(t *testing.T) {
+	joined := Join{Grant: 7, Joins: 2, Drains: 1}
+	path := writeFile(t, ReportSpec{Features: FeatureLive, Entries: map[int]Entry{
+		3: {Join: joined}, 4: {Join: Join{Grant: 7, Joins: 1, Drains: 1}}}}.Bytes())
+	f, err := OpenReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e, err := f.Entry(3)
+	if err != nil || !e.LiveLocks || e.Live || !e.Gone(7) || e.Gone(8) {
+		t.Fatalf("no lock held: %+v %v, want live locks, not live, gone for slice 7 only", e, err)
+	}
+	// A process of the container holding the byte's shared lock (its own description).
+	h, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_RDLCK, Start: int64(LiveByte(3)), Len: 1}
+	if err := unix.FcntlFlock(h.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := f.Entry(3); !e.Live || e.Gone(7) {
+		t.Errorf("lock held: %+v, want live", e)
+	}
+	if e, _ := f.Entry(4); e.Live || e.Gone(7) {
+		t.Errorf("drained entry: %+v, want neither live nor gone (nothing to ask)", e)
+	}
+	h.Close() // the description's last reference: the kernel drops the lock, as at a death
+	if e, _ := f.Entry(3); e.Live || !e.Gone(7) {
+		t.Errorf("lock dropped: %+v, want gone", e)
+	}
+
+	old := writeFile(t, ReportSpec{Entries: map[int]Entry{3: {Join: joined}}}.Bytes())
+	g, err := OpenReport(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if e, _ := g.Entry(3); e.LiveLocks || e.Gone(7) {
+		t.Errorf("a library without live locks: %+v, want never gone", e)
+	}
+}

@@ -3,6 +3,7 @@ package schedproto
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,17 @@ type Entry struct {
 	Want   uint32 // changes while a launcher waits for the slice
 	Active uint32 // the grant sequence a launching process last saw
 	Bell   uint32 // changes after every drain
+	// LiveLocks: the container's library keeps live locks (FeatureLive). Then Live says whether
+	// a process that joined the entry's slice and did not report its drain is still alive (read
+	// only while the join word counts one: false when it does not).
+	LiveLocks, Live bool
+}
+
+// Gone reports whether every process that joined slice g and did not report its drain is dead:
+// its work left the GPU with it (the driver drops a dead process's queue). Only a container whose
+// library keeps live locks can say so.
+func (e Entry) Gone(g uint32) bool {
+	return e.LiveLocks && e.Join.Grant == g && e.Join.Joins != e.Join.Drains && !e.Live
 }
 
 // Report is a decoded report file.
@@ -40,13 +52,15 @@ func DecodeReport(b []byte) (Report, error) {
 	if m, v := ne.Uint64(b[offMagic:]), ne.Uint32(b[offVersion:]); m != ReportMagic || v != Version {
 		return r, fmt.Errorf("report: magic %#x version %d, want %#x version %d", m, v, uint64(ReportMagic), Version)
 	}
+	live := ne.Uint32(b[offFeatures:])&FeatureLive != 0
 	for i := range MaxGPUs {
 		e := b[entries+i*entrySize:]
 		r.GPU[i] = Entry{
-			Join:   DecodeJoin(ne.Uint64(e[offJoin:])),
-			Want:   ne.Uint32(e[offWant:]),
-			Active: ne.Uint32(e[offActive:]),
-			Bell:   ne.Uint32(e[offBell:]),
+			Join:      DecodeJoin(ne.Uint64(e[offJoin:])),
+			Want:      ne.Uint32(e[offWant:]),
+			Active:    ne.Uint32(e[offActive:]),
+			Bell:      ne.Uint32(e[offBell:]),
+			LiveLocks: live, // whether a joiner lives is the kernel's to say, not the bytes'
 		}
 	}
 	return r, nil
@@ -60,6 +74,7 @@ type ReportFile struct {
 	// never unmapped under a wait.
 	mu  sync.RWMutex
 	mem []byte
+	f   *os.File // kept open to ask the kernel about the live locks (F_OFD_GETLK)
 	dev uint64
 	ino uint64
 }
@@ -71,16 +86,17 @@ func OpenReport(path string) (*ReportFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
+		_ = f.Close()
 		return nil, fmt.Errorf("report %s: no stat", path)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, FileSize, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
+		_ = f.Close()
 		return nil, fmt.Errorf("report %s: mmap: %w", path, err)
 	}
-	return &ReportFile{Path: path, mem: mem, dev: uint64(st.Dev), ino: st.Ino}, nil
+	return &ReportFile{Path: path, mem: mem, f: f, dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // Entry reads GPU i's entry. The file is the container's, which may truncate it under the
@@ -108,9 +124,23 @@ func (r *ReportFile) Entry(i int) (e Entry, err error) {
 			Active: atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[b+offActive]))),
 			Bell:   atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[b+offBell]))),
 		}
+		e.LiveLocks = atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[offFeatures])))&FeatureLive != 0
 		return nil
 	})
+	if err == nil && e.LiveLocks && e.Join.Joins != e.Join.Drains {
+		e.Live = r.live(i) // read after the join word: a joiner locks before it counts itself in
+	}
 	return e, err
+}
+
+// live asks the kernel whether any process holds a lock on GPU i's live byte. A question that
+// fails is answered yes: the slice is taken for still running (charged), never for gone.
+func (r *ReportFile) live(i int) bool {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(LiveByte(i)), Len: 1}
+	if err := unix.FcntlFlock(r.f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return true
+	}
+	return lk.Type != unix.F_UNLCK
 }
 
 // WaitBell sleeps until GPU i's bell is no longer old, at most d (the container rings it after a
@@ -142,6 +172,9 @@ func (r *ReportFile) Close() error {
 	}
 	err := unix.Munmap(r.mem)
 	r.mem = nil
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 
@@ -159,8 +192,9 @@ func touch(f func() error) (err error) {
 
 // ReportSpec renders a report file's bytes, the library's side, for tests of readers.
 type ReportSpec struct {
-	Entries map[int]Entry
-	Magic   uint64 // 0 = ReportMagic
+	Entries  map[int]Entry
+	Magic    uint64 // 0 = ReportMagic
+	Features uint32
 }
 
 // Bytes renders the spec.
@@ -173,6 +207,7 @@ func (s ReportSpec) Bytes() []byte {
 	}
 	ne.PutUint64(b[offMagic:], m)
 	ne.PutUint32(b[offVersion:], Version)
+	ne.PutUint32(b[offFeatures:], s.Features)
 	for i, e := range s.Entries {
 		o := b[entries+i*entrySize:]
 		ne.PutUint64(o[offJoin:], e.Join.Encode())

@@ -91,7 +91,7 @@ func (g *GPU) charge(s *seat, d time.Duration) {
 // the half of the overlap lent to the holder back.
 func (g *GPU) judgeOverlaps(now time.Time) {
 	g.over = slices.DeleteFunc(g.over, func(s *seat) bool {
-		drained := s.obs.Join.Drained(s.grant)
+		drained := s.drained(s.grant)
 		if !drained && now.Sub(s.revoked) < g.cfg.OverlapMax && s != g.holder {
 			return false
 		}

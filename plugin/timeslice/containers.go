@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/limitbed/limitbed/plugin/schedproto"
@@ -21,7 +22,10 @@ type ctr struct {
 	logged bool // that it is not was logged
 	grant  *schedproto.GrantFile
 	report *schedproto.ReportFile
-	on     map[schedproto.UUID]int // GPU -> its entry (the first entry of a GPU named twice)
+	// reportBad: something is in the report's place that is not a report (Observed.Blind); the
+	// error was logged when it was first seen.
+	reportBad bool
+	on        map[schedproto.UUID]int // GPU -> its entry (the first entry of a GPU named twice)
 }
 
 func (n *Node) open(key string) *ctr {
@@ -79,9 +83,17 @@ func (n *Node) reopenReport(c *ctr) {
 	}
 	r, err := schedproto.OpenReport(filepath.Join(n.ContainersDir, c.key, schedproto.ReportName))
 	if err != nil {
-		return // not created yet (no process launched), or not a report: nothing is pending
+		// Not created yet (no process launched, or the container removed it: its processes keep
+		// theirs and wait for grants that say nothing to them: its own loss): nothing pending.
+		// Anything else in its place: always busy, never absent (Observed.Blind).
+		bad := !errors.Is(err, fs.ErrNotExist)
+		if bad && !c.reportBad {
+			n.Logger.Error(err, "Report unreadable: the container gets its slices, each charged whole", "container", c.key)
+		}
+		n.withGPUs(c, func() { c.reportBad = bad })
+		return
 	}
-	n.withGPUs(c, func() { c.report = r })
+	n.withGPUs(c, func() { c.report, c.reportBad = r, false })
 }
 
 // withGPUs runs f while every loop of c's GPUs is stopped between steps.

@@ -11,6 +11,11 @@ import (
 type Observed struct {
 	schedproto.Entry
 	OK bool // the report could be read; if not, nothing in it changed
+	// Blind: the container's report is there but cannot be read as one (not a regular file of a
+	// report's size, a symlink, a fault on reading it). What a container writes must never take
+	// it out of the slices (its processes obey their grant whatever happened to the report): it
+	// is read as always busy, gets its slices, each charged whole, and no more.
+	Blind bool
 }
 
 // mode is how the scheduler treats a container on a GPU, decided every step.
@@ -49,6 +54,7 @@ type seat struct {
 	lent       map[*seat]time.Duration
 	drain      time.Duration // how long its drains took (smoothed): its slices end that much early
 	calibrated bool          // a calibration saw it busy (speed.go)
+	blind      bool          // its report cannot be read: always busy, charged whole (Observed.Blind)
 	summed     bool          // limited and busy: its limit is in the step's sum (limitSum)
 	stats      SeatStats
 }
@@ -159,9 +165,14 @@ func (g *GPU) Keys() []string {
 // Observe records what a container's report said at now.
 func (g *GPU) Observe(key string, o Observed, now time.Time) {
 	s := g.find(key)
-	if s == nil || !o.OK {
+	if s == nil {
 		return
 	}
+	if !o.OK {
+		s.blind = o.Blind
+		return
+	}
+	s.blind = false
 	if o.Want != s.obs.Want {
 		s.wantAt, s.activeAt = now, now
 	}
@@ -233,11 +244,18 @@ func (g *GPU) ResetStats() {
 }
 
 func (g *GPU) pending(s *seat, now time.Time) bool {
-	return !s.wantAt.IsZero() && now.Sub(s.wantAt) < g.cfg.PendingHold
+	return s.blind || (!s.wantAt.IsZero() && now.Sub(s.wantAt) < g.cfg.PendingHold)
 }
 
 func (g *GPU) running(s *seat) bool {
-	return s.obs.Join.Grant == s.grant && s.obs.Join.Joins != s.obs.Join.Drains
+	return s.blind || (s.obs.Join.Grant == s.grant && !s.drained(s.grant))
+}
+
+// drained reports whether nothing of the container runs under slice id: every process that joined
+// it drained, or those that did not are dead (the kernel dropped their live locks: a process that
+// dies under its slice never reports its drain, and its work died with it).
+func (s *seat) drained(id uint32) bool {
+	return s.obs.Join.Drained(id) || s.obs.Gone(id)
 }
 
 func (g *GPU) busy(s *seat, now time.Time) bool {
@@ -259,6 +277,11 @@ func (g *GPU) quantum(s *seat, den int) time.Duration {
 	return time.Duration(share(s, den) * float64(g.cfg.Period))
 }
 
+// BlindDrain is the drain of a container whose report cannot be read: the most work libvgpu.so
+// leaves queued when its slice ends (markers.h, LB_MK_QUEUE_MIN_NS). Its slices end that much
+// early, as any container's end by its measured drain.
+const BlindDrain = 4 * time.Millisecond
+
 // WarmUp is how long a container is on a GPU before its waits count (MaxWait): until its first
 // drains are measured, its slices do not end early by them, and the first slices of containers
 // that start together queue behind each other (as the limit is specified after 2 s).
@@ -279,7 +302,7 @@ func (g *GPU) Step(now time.Time) time.Time {
 	}
 
 	den := g.decideModes(now)
-	if h := g.holder; h != nil && g.phase == phaseGranted && h.obs.Join.Grant == h.grant && now.Before(g.from) {
+	if h := g.holder; h != nil && g.phase == phaseGranted && (h.obs.Join.Grant == h.grant || h.blind) && now.Before(g.from) {
 		g.from = now // its first launch: charged from here
 		g.trace(now, EvJoin, h)
 	}
@@ -369,7 +392,7 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 			// one), less what its drain will take; but not before its first launch (a slice
 			// shorter than its drain, as of a kernel longer than a slice, would otherwise end
 			// before a launcher slower to wake than a step could use it).
-			end = g.spent >= g.budget-g.work(h.drain) && j.Grant == h.grant
+			end = g.spent >= g.budget-g.work(h.drain) && (j.Grant == h.grant || h.blind)
 
 		case modeShared:
 			end = g.readyLimited(now, den, h) != nil || (now.Sub(g.start) >= g.cfg.Period && g.pickShared(now, h) != nil)
@@ -377,8 +400,8 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 			g.holder, g.phase = nil, phaseNone // nobody to take turns with any more: it runs free
 			return
 		}
-		released := j.Grant == h.grant && j.Joins > 0 && j.Joins == j.Drains && !g.pending(h, now) // idle: its work drained
-		unjoined := j.Grant != h.grant && now.Sub(g.start) >= g.cfg.JoinTimeout
+		released := !h.blind && j.Grant == h.grant && j.Joins > 0 && h.drained(h.grant) && !g.pending(h, now) // idle: its work drained
+		unjoined := !h.blind && j.Grant != h.grant && now.Sub(g.start) >= g.cfg.JoinTimeout
 		switch {
 		case released || unjoined:
 			g.trace(now, map[bool]string{true: EvReleased, false: EvUnjoined}[released], h)
@@ -393,7 +416,9 @@ func (g *GPU) judgeHolder(now time.Time, den int) {
 	}
 	if g.phase == phaseDraining {
 		switch {
-		case j.Drained(h.grant):
+		case (!h.blind && h.drained(h.grant)) || (h.blind && now.Sub(h.revoked) >= BlindDrain):
+			// A blind one's drain is not reported: it is taken to be the longest the library
+			// leaves queued at a slice's end, charged to it.
 			g.trace(now, EvDrained, h)
 			h.drain += (now.Sub(h.revoked) - h.drain) / 4
 			g.holder, g.phase = nil, phaseNone

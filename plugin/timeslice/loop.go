@@ -83,10 +83,10 @@ func (n *Node) loop(ctx context.Context, l *gpuLoop) {
 func (n *Node) step(l *gpuLoop, now time.Time, beat *time.Time) (time.Time, map[string]Observed) {
 	seen := make(map[string]Observed, len(l.members))
 	for key, m := range l.members {
-		var o Observed
+		o := Observed{Blind: m.c.reportBad}
 		if m.c.report != nil {
 			e, err := m.c.report.Entry(m.idx)
-			o = Observed{Entry: e, OK: err == nil}
+			o = Observed{Entry: e, OK: err == nil, Blind: err != nil} // a fault reading it: tampered with
 		}
 		l.g.Observe(key, o, now)
 		seen[key] = o

@@ -49,6 +49,9 @@ type simCtr struct {
 	grant uint32
 	bell  uint32                       // the bell last seen
 	lies  func(*simCtr, time.Duration) // an adversary rewriting its report each step
+	// liveLocks: its library keeps live locks: the node learns from the kernel whether a
+	// process that joined and did not drain lives (this model's one process, while joined).
+	liveLocks bool
 }
 
 // queued is the work this container has on the GPU.
@@ -247,7 +250,11 @@ func (s *sim) run(d time.Duration) {
 			}
 			rang = rang || c.rep.Bell != c.bell
 			c.bell = c.rep.Bell
-			s.g.Observe(c.id.Key, Observed{Entry: c.rep, OK: true}, at)
+			e := c.rep
+			if c.liveLocks {
+				e.LiveLocks, e.Live = true, c.joined != 0
+			}
+			s.g.Observe(c.id.Key, Observed{Entry: e, OK: true}, at)
 		}
 		// The node loop wakes at its next step, or when the holder rings its bell (the node
 		// sleeps on it while it waits for the holder's first launch or drain).
@@ -560,17 +567,23 @@ func TestLiesHurtOnlyTheLiar(t *testing.T) {
 	}
 }
 
-// A container whose report cannot be read is never pending: it gets no slice, its neighbour keeps
-// its share.
+// A container whose report cannot be read (its processes made it something else) is read as always
+// busy: it gets the slices of its limit, each charged whole, and no more; its neighbour keeps its
+// share. Before, it was never pending: it got no slice, its processes paced themselves beside the
+// node's slices and the neighbour lost about 0.15 of the GPU.
 func TestUnreadableReport(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, DefaultConfig())
 	a := s.add("a", 30, PolicyForce, 1, workload{kernel: time.Millisecond})
 	s.g.Put(Identity{Key: "ghost", Limit: 50, Policy: PolicyForce, Priority: 0})
-	s.g.Observe("ghost", Observed{OK: false, Entry: schedproto.Entry{Want: 5}}, s.base)
+	s.g.Observe("ghost", Observed{OK: false, Blind: true}, s.base)
 	s.run(13 * time.Second)
 	within(t, "a", a.windows(), 0.30, simTol)
-	if st, _, _ := s.g.Grant("ghost"); st != schedproto.Wait {
-		t.Errorf("ghost state %v, want wait", st)
+	_, st := s.g.Stats()
+	if used := st["ghost"].Used.Seconds() / 13; math.Abs(used-0.50) > 0.02 {
+		t.Errorf("ghost charged %.3f of the GPU, want its 0.50: always busy, no more", used)
+	}
+	if st["ghost"].Slices < 100 {
+		t.Errorf("ghost got %d slices in 13 s, want one a period", st["ghost"].Slices)
 	}
 }

@@ -101,10 +101,21 @@ struct lb_sched_report_entry {
     uint32_t reserved[11];      /* 20 */
 };                              /* 64 */
 
+/* report features: set by a library that keeps the rule; a scheduler reads them as hints about
+ * this container only (zero in reports of libraries before it, whose reserved word it was).
+ *   LB_REPORT_F_LIVE  every process holds a shared (read) open-file-description lock on byte
+ *                     LB_SCHED_LIVE_BYTE(e) of the report while it has joined a slice on GPU e and
+ *                     not reported that slice's drain. The kernel drops it when the process dies:
+ *                     a slice whose joins outnumber its drains while no such lock is held has
+ *                     nothing left running (its missing drains are of dead processes). */
+#define LB_REPORT_F_LIVE 1u
+#define LB_SCHED_LIVE_BYTE(e) ((long long)LB_SCHED_FILE_SIZE + (e))
+
 struct lb_sched_report {
     uint64_t magic;             /*   0  LB_SCHED_REPORT_MAGIC */
     uint32_t version;           /*   8  LB_SCHED_VERSION */
-    uint32_t reserved[13];      /*  12 */
+    uint32_t features;          /*  12  LB_REPORT_F_* (was reserved: 0 from older libraries) */
+    uint32_t reserved[12];      /*  16 */
     struct lb_sched_report_entry gpu[LB_SCHED_MAX_GPUS]; /* 64, indexed like the grant file's */
 };                              /* 1088, in a LB_SCHED_FILE_SIZE file */
 
@@ -115,6 +126,7 @@ _Static_assert(offsetof(struct lb_sched_grant, gpu) == 64, "grant entries offset
 _Static_assert(sizeof(struct lb_sched_grant) == 1088, "grant size");
 _Static_assert(sizeof(struct lb_sched_report_entry) == 64, "report entry size");
 _Static_assert(offsetof(struct lb_sched_report, gpu) == 64, "report entries offset");
+_Static_assert(offsetof(struct lb_sched_report, features) == 12, "report features offset");
 _Static_assert(sizeof(struct lb_sched_report) == 1088, "report size");
 _Static_assert(sizeof(struct lb_sched_report) <= LB_SCHED_FILE_SIZE, "report fits its file");
 

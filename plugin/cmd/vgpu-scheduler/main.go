@@ -154,6 +154,11 @@ func serve(ctx context.Context, o options) error {
 		}()
 		defer srv.Shutdown(context.Background())
 	}
+	inst, err := timeslice.Claim(n.GrantDir, time.Now())
+	if err != nil {
+		return err
+	}
+	defer inst.Release()
 	logger.Info("Starting", "grants", n.GrantDir, "containers", containers, "period", cfg.Period, "drainWait", cfg.DrainWait,
 		"identity", map[bool]string{true: "API server, kubelet, limits files", false: "limits files"}[o.nodeName != ""])
 	return n.Run(ctx)

@@ -76,6 +76,19 @@ func TestRunSchedulesAndStops(t *testing.T) {
 			t.Fatalf("entry %v after 10 s, want wait", state())
 		}
 	}
+	// A second scheduler on the same hook path exits at once, naming the first; it never
+	// touched the first's grant words.
+	start := time.Now()
+	err := run(context.Background(), []string{"--hook-path=" + hook, "--metrics-address="}, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "another vgpu-scheduler drives") || !strings.Contains(err.Error(), "pid ") {
+		t.Errorf("second scheduler: %v, want it refused naming the first", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("second scheduler took %v to give up, want at once", d)
+	}
+	if s := state(); s != schedproto.Wait {
+		t.Errorf("entry %v after the second scheduler's attempt, want the first's wait", s)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ int main(void)
     FIELD(grant_entry, reserved);
     FIELD(report, magic);
     FIELD(report, version);
+    FIELD(report, features);
     FIELD(report, reserved);
     FIELD(report, gpu);
     FIELD(report_entry, join);
@@ -56,6 +57,8 @@ int main(void)
     CONST(LB_JOIN_GRANT_SHIFT);
     CONST(LB_JOIN_JOINS_SHIFT);
     CONST(LB_JOIN_COUNT_MASK);
+    CONST(LB_REPORT_F_LIVE);
+    CONST(LB_SCHED_LIVE_BYTE(0));
     printf("\n  },\n  \"paths\": {\"grant\": \"%s\", \"report\": \"%s\"}\n}\n", LB_SCHED_GRANT_PATH, LB_SCHED_REPORT_PATH);
     return 0;
 }

@@ -11,7 +11,7 @@ OUT := $(if $(filter command line,$(origin OUT)),$(OUT),$(ROOT)/$(if $(SAN),buil
 
 C_COMPONENTS := $(foreach d,fakegpu hamicore harness/memjudge/memload,$(if $(wildcard $(d)/Makefile),$(d)))
 
-.PHONY: help build c go test test-c test-go test-san test-tsan abi-check bench matrix e2e node-image images clean
+.PHONY: help build c go test test-c test-go test-san test-tsan abi-check bench matrix e2e node-image images gpu-bundle clean
 
 help: ## list the targets
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ matrix: ## the compatibility matrix (plugin × core × delivery × launch method
 
 e2e: ## end-to-end tests in a kind cluster: the images first (node-image when offline), then the test
 	@scripts/e2e.sh
+
+gpu-bundle: ## the GPU tier as one tarball, $(OUT)/limitbed-gpu.tar.gz: on the GPU machine tar xf it, then ./gpu-check (docs/gpu-report.md)
+	@scripts/gpu-bundle.sh $(OUT)/limitbed-gpu.tar.gz
 
 node-image: ## build the offline kind node image (Debian packages and Go modules only; cached; step logs)
 	@scripts/node-image.sh

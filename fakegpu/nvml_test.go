@@ -14,13 +14,12 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // go-nvml loads the library in this process: a sanitizer build cannot be dlopen'ed into Go.
 func skipIfSanitized(t *testing.T) {
-	if os.Getenv("SAN") != "" {
-		t.Skip("go-nvml cannot load a sanitizer build into the Go process")
-	}
+	tier.Require(t, tier.Unsanitized)
 }
 
 type wantMIG struct {
@@ -230,7 +229,7 @@ func TestExportsCoverGoNVML(t *testing.T) {
 	p := cbuild.Build(t)
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/NVIDIA/go-nvml").Output()
 	if err != nil {
-		t.Skipf("go-nvml source not found: %v", err)
+		tier.Unavailable(t, tier.ModuleCache.For("go-nvml's source"), err.Error())
 	}
 	dir := filepath.Join(strings.TrimSpace(string(out)), "pkg", "nvml")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))

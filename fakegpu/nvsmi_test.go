@@ -11,12 +11,12 @@ import (
 
 	"github.com/limitbed/limitbed/fakegpu/fakegputest"
 	"github.com/limitbed/limitbed/harness/matrix/node"
-	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
+	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
-// smi runs Debian's nvidia-smi (extracted, never installed: harness/nvsmi) against h's fakegpu.
+// smi runs Debian's nvidia-smi (extracted, never installed: plugin/nvsmi) against h's fakegpu.
 func smi(t *testing.T, h *fakegputest.Host, bin string, args ...string) string {
 	t.Helper()
 	c := exec.Command(bin, args...)

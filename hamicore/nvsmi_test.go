@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/internal/tier"
+	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
 // The operator's first check: Debian's real nvidia-smi, run under libvgpu.so with a 3000 MiB limit

@@ -7,7 +7,7 @@
 # `apt-get download` when no extracted copy of the candidate version is there yet.
 # Exit 0 with the path on stdout; exit 3 with a message naming what is missing.
 # Used by install-deps.sh (so make test and CI have it), the workload image and the Go tests
-# (harness/nvsmi finds the same path).
+# (plugin/nvsmi finds the same path).
 set -euo pipefail
 cache=${LIMITBED_CACHE:-/var/cache/limitbed}/nvidia-smi
 say() { echo "nvidia-smi.sh: $*" >&2; }

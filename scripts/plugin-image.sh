@@ -24,7 +24,8 @@ trap 'rm -rf "$ctx"' EXIT
 r=$ctx/rootfs
 mkdir -p "$r/usr/bin" "$r/bin" "$r/k8s-vgpu/lib/nvidia" "$r/k8s-vgpu/bin" "$r/fakegpu/lib" "$r/fakegpu/profiles" "$r/fakegpu/bin"
 
-CGO_ENABLED=1 go build -trimpath -ldflags "-s -w -buildid=" -o "$r/usr/bin/" \
+# The node binaries as make go builds them (scripts/build-go.sh: its flags and tags).
+CGO_ENABLED=1 scripts/build-go.sh "$r/usr/bin" \
 	./plugin/cmd/vgpu-device-plugin ./plugin/cmd/vgpu-monitor ./plugin/cmd/vgpu-scheduler || die "go build failed"
 # The shared libraries the binaries and the fake driver link, at their host paths (plus the loader).
 for bin in "$r/usr/bin/"* "$OUT/lib/libcuda.so.1" "$OUT/lib/libnvidia-ml.so.1"; do
@@ -45,7 +46,7 @@ cp "$OUT/lib/libvgpu.so" "$OUT/lib/libvgpu-hami-v2.10.so" "$r/k8s-vgpu/lib/nvidi
 cp images/plugin/install.sh "$r/k8s-vgpu/bin/install.sh"
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib/libnvidia-ml.so.1" "$r/fakegpu/lib/"
 cp fakegpu/profiles/*.profile "$r/fakegpu/profiles/"
-cp "$OUT/bin/cudaprobe" "$OUT/bin/gpuinfo" "$r/fakegpu/bin/"
+cp "$OUT/bin/cudaprobe" "$OUT/bin/gpuinfo" "$OUT/bin/spawnat" "$r/fakegpu/bin/"
 cp images/plugin/Dockerfile "$ctx/"
 
 hash=$(cd "$ctx" && find . -type f -o -type l | LC_ALL=C sort | while read -r f; do echo "$f"; if [ -L "$f" ]; then readlink "$f"; else cat "$f"; fi; done | sha256sum | cut -c1-16)

@@ -27,6 +27,13 @@ func TestChartMonitorDriverTruth(t *testing.T) {
 	if v, _ := env(m, "FAKEGPU_PROFILE"); v != "/etc/fakegpu/profile" {
 		t.Errorf("FAKEGPU_PROFILE = %q", v)
 	}
+	if v, ok := env(m, "FAKEGPU_NVML_STALE_MS"); ok {
+		t.Errorf("FAKEGPU_NVML_STALE_MS = %q by default", v)
+	}
+	stale := render(t, values("fakeDriver.enabled", true, "fakeDriver.nvmlStaleMs", 4000)).container(t, "vgpu-monitor")
+	if v, _ := env(stale, "FAKEGPU_NVML_STALE_MS"); v != "4000" {
+		t.Errorf("fakeDriver.nvmlStaleMs 4000: FAKEGPU_NVML_STALE_MS = %q", v)
+	}
 	profileMount := func(r rendered) string {
 		for _, vm := range r.container(t, "vgpu-monitor").VolumeMounts {
 			if vm.MountPath == "/etc/fakegpu/profile" && vm.Name == "vgpu" {

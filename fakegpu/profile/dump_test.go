@@ -2,36 +2,87 @@ package profile
 
 import (
 	"fmt"
-	"slices"
+	"os"
+	"reflect"
+	"strconv"
 	"strings"
 )
 
-// dump prints a parsed profile (or its error) as testdata/dump.c prints fakegpu's: the two
-// readers agree exactly when their dumps are equal.
-func dump(path string, p *Profile, err error) string {
+// dump prints the profile at path as Go reads it (or its error) as testdata/dump.c prints
+// fakegpu's: every key of every block in keys.def's order, then what is derived. The two readers
+// agree exactly when their dumps are equal.
+func dump(path string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== %s\n", path)
+	text, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(&b, "error: %v\n", err)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "profile name=%s driver=%s cuda=%d nvml=%s context=%d launch=%d block=%d fail_alloc=%s nvml_error=%s lost_device=%s\n",
-		p.Name, p.DriverVersion, p.CUDAVersion, p.NVMLVersion, p.ContextMiB, p.LaunchNS, p.BlockNS, p.FailAlloc, p.NVMLError, p.LostDevice)
-	for d, v := range p.Devices {
-		mig := 0
-		if v.MIGMode {
-			mig = 1
-		}
-		fmt.Fprintf(&b, "device %d name=%s uuid=%s memory=%d pci=%s pci_id=%d minor=%d arch=%d cc=%d.%d sm=%d mig=%d bar1=%d\n",
-			d, v.Name, v.UUID, v.MemoryMiB, v.PCIBusID, v.PCIDeviceID, v.Minor, nvmlArch(v.Architecture), v.CCMajor, v.CCMinor, v.SMCount, mig, v.BAR1MiB)
-		for m, g := range v.MIG {
-			fmt.Fprintf(&b, "mig %d.%d profile=%s uuid=%s memory=%d gi=%d ci=%d sm=%d ce=%d dec=%d enc=%d jpg=%d ofa=%d slices=%d\n",
-				d, m, g.Profile, g.UUID, g.MemoryMiB, g.GPUInstanceID, g.ComputeInstanceID, g.SMCount, g.CopyEngines, g.Decoders, g.Encoders, g.JPEGs, g.OFAs, g.Slices)
+	p, other, err := parse(path, text, true)
+	if err != nil {
+		fmt.Fprintf(&b, "error: %v\n", err)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "profile name=%s", p.Name)
+	dumpKeys(&b, sGlobal, p, other["profile"])
+	b.WriteString("\n")
+	for d := range p.Devices {
+		v := &p.Devices[d]
+		fmt.Fprintf(&b, "device %d", d)
+		dumpKeys(&b, sDevice, v, other[fmt.Sprintf("device %d", d)])
+		b.WriteString("\n")
+		for m := range v.MIG {
+			g := &v.MIG[m]
+			fmt.Fprintf(&b, "mig %d.%d", d, m)
+			dumpKeys(&b, sMIG, g, other[fmt.Sprintf("mig %d.%d", d, m)])
+			fmt.Fprintf(&b, " slices=%d\n", g.Slices)
 		}
 	}
 	return b.String()
 }
 
-// nvmlArch is NVML's number for an architecture name (abi/include/limitbed/nvml_abi.h:
-// NVML_DEVICE_ARCH_KEPLER 2 … HOPPER 9), which fakegpu stores.
-func nvmlArch(name string) int { return slices.Index(archs, name) + 2 }
+// dumpKeys prints " key=value" for every key of scope sc: from its Go field in t, else as the
+// parser kept it, else the zero value fakegpu's struct holds for a key not given.
+func dumpKeys(b *strings.Builder, sc scope, t any, other map[string]string) {
+	for i := range keys {
+		k := &keys[i]
+		if k.scope != sc {
+			continue
+		}
+		fmt.Fprintf(b, " %s=%s", k.name, dumpValue(t, k, other))
+	}
+}
+
+func dumpValue(t any, k *key, other map[string]string) string {
+	if k.kind == tCC {
+		maj, ok1 := field(t, k.name, "major")
+		min, ok2 := field(t, k.name, "minor")
+		if ok1 && ok2 {
+			return fmt.Sprintf("%d.%d", maj.Uint(), min.Uint())
+		}
+	} else if f, ok := field(t, k.name, ""); ok {
+		switch {
+		case k.kind == tArch:
+			return strconv.Itoa(nvmlArch(f.String()))
+		case f.Kind() == reflect.Bool:
+			if f.Bool() {
+				return "1"
+			}
+			return "0"
+		case f.Kind() == reflect.String:
+			return f.String()
+		}
+		return strconv.FormatUint(f.Uint(), 10)
+	}
+	if v, ok := other[k.name]; ok {
+		return v
+	}
+	switch {
+	case k.kind.text():
+		return ""
+	case k.kind == tCC:
+		return "0.0"
+	}
+	return "0"
+}

@@ -15,6 +15,7 @@ func (ps *parser) finish() error {
 			return ps.fail(0, "missing required key \"%s\" (add a line \"%s = ...\" before the first device)", k.name, k.name)
 		}
 	}
+	ps.defaults(sGlobal, ps.gseen, ps.block(sGlobal, 0, 0))
 	if ps.ndev == 0 {
 		return ps.fail(0, "no devices (add a block starting with \"device = 0\")")
 	}
@@ -47,6 +48,7 @@ func (ps *parser) finishDevice(d int, unit *int) error {
 			return ps.fail(ps.dline[d], "device %d: missing required key \"%s\" (add \"%s = ...\" to its block)", d, k.name, k.name)
 		}
 	}
+	ps.defaults(sDevice, ps.dseen[d], ps.block(sDevice, d, 0))
 	if dv.MemoryMiB == 0 {
 		return ps.fail(ps.dline[d], "device %d: memory_mib must be above 0", d)
 	}
@@ -55,9 +57,6 @@ func (ps *parser) finishDevice(d int, unit *int) error {
 	}
 	if dv.PCIBusID == "" {
 		dv.PCIBusID = fmt.Sprintf("00000000:%02X:00.0", d+1)
-	}
-	if ps.dseen[d]&bit("bar1_mib") == 0 {
-		dv.BAR1MiB = 256
 	}
 	nmig := ps.nmig[d]
 	if nmig > 0 && ps.dseen[d]&bit("mig_mode") != 0 && !dv.MIGMode {
@@ -77,6 +76,7 @@ func (ps *parser) finishDevice(d int, unit *int) error {
 			}
 		}
 		mg := &ps.migs[d][m]
+		ps.defaults(sMIG, ps.mseen[d][m], ps.block(sMIG, d, m))
 		mg.Slices = migSlices(mg.Profile)
 		if ps.mseen[d][m]&bit("mig_copy_engines") == 0 {
 			mg.CopyEngines = mg.Slices

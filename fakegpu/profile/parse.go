@@ -1,83 +1,18 @@
 package profile
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
 
-type scope int
-
-const (
-	sGlobal scope = iota
-	sDevice
-	sMIG
-)
-
-type kind int
-
-const (
-	tStr kind = iota
-	tU64
-	tUint
-	tCC
-	tArch
-	tOnOff
-	tGPUUUID
-	tMIGUUID
-	tPCI
-)
-
-// key is one key of the format; size is the C field's size for strings (values are 1..size-1
-// characters), and set stores a checked value in the block.
-type key struct {
-	name     string
-	scope    scope
-	kind     kind
-	size     int
-	required bool
-	set      func(b *block, s string, n uint64)
-}
-
-// block is where a key's value goes: the profile, its current device or the device's current MIG.
+// block is where a key's value goes: the profile, its current device or the device's current MIG;
+// other keeps the values of keys the Go structs have no field for (keys.go).
 type block struct {
-	p *Profile
-	d *Device
-	m *MIG
-}
-
-// keys is the table of fakegpu/src/profile.c, in its order (the order of "known:" in errors).
-var keys = []key{
-	{"driver_version", sGlobal, tStr, 32, true, func(b *block, s string, _ uint64) { b.p.DriverVersion = s }},
-	{"cuda_version", sGlobal, tUint, 0, true, func(b *block, _ string, n uint64) { b.p.CUDAVersion = uint32(n) }},
-	{"nvml_version", sGlobal, tStr, 32, false, func(b *block, s string, _ uint64) { b.p.NVMLVersion = s }},
-	{"context_mib", sGlobal, tU64, 0, false, func(b *block, _ string, n uint64) { b.p.ContextMiB = n }},
-	{"launch_ns", sGlobal, tU64, 0, false, func(b *block, _ string, n uint64) { b.p.LaunchNS = n }},
-	{"block_ns", sGlobal, tU64, 0, false, func(b *block, _ string, n uint64) { b.p.BlockNS = n }},
-	{"fail_alloc", sGlobal, tStr, 24, false, func(b *block, s string, _ uint64) { b.p.FailAlloc = s }},
-	{"nvml_error", sGlobal, tStr, 96, false, func(b *block, s string, _ uint64) { b.p.NVMLError = s }},
-	{"lost_device", sGlobal, tStr, 24, false, func(b *block, s string, _ uint64) { b.p.LostDevice = s }},
-	{"name", sDevice, tStr, 96, true, func(b *block, s string, _ uint64) { b.d.Name = s }},
-	{"uuid", sDevice, tGPUUUID, 48, true, func(b *block, s string, _ uint64) { b.d.UUID = s }},
-	{"memory_mib", sDevice, tU64, 0, true, func(b *block, _ string, n uint64) { b.d.MemoryMiB = n }},
-	{"pci_bus_id", sDevice, tPCI, 32, false, func(b *block, s string, _ uint64) { b.d.PCIBusID = s }},
-	{"pci_device_id", sDevice, tUint, 0, false, func(b *block, _ string, n uint64) { b.d.PCIDeviceID = uint32(n) }},
-	{"minor", sDevice, tUint, 0, false, func(b *block, _ string, n uint64) { b.d.Minor = uint32(n) }},
-	{"architecture", sDevice, tArch, 0, true, func(b *block, s string, _ uint64) { b.d.Architecture = s }},
-	{"compute_capability", sDevice, tCC, 0, true, nil}, // set by parseCC
-	{"sm_count", sDevice, tUint, 0, true, func(b *block, _ string, n uint64) { b.d.SMCount = uint32(n) }},
-	{"mig_mode", sDevice, tOnOff, 0, false, func(b *block, s string, _ uint64) { b.d.MIGMode = s == "enabled" }},
-	{"bar1_mib", sDevice, tU64, 0, false, func(b *block, _ string, n uint64) { b.d.BAR1MiB = n }},
-	{"mig_profile", sMIG, tStr, 32, true, func(b *block, s string, _ uint64) { b.m.Profile = s }},
-	{"mig_uuid", sMIG, tMIGUUID, 48, true, func(b *block, s string, _ uint64) { b.m.UUID = s }},
-	{"mig_memory_mib", sMIG, tU64, 0, true, func(b *block, _ string, n uint64) { b.m.MemoryMiB = n }},
-	{"mig_gpu_instance_id", sMIG, tUint, 0, true, func(b *block, _ string, n uint64) { b.m.GPUInstanceID = uint32(n) }},
-	{"mig_compute_instance_id", sMIG, tUint, 0, true, func(b *block, _ string, n uint64) { b.m.ComputeInstanceID = uint32(n) }},
-	{"mig_sm_count", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.SMCount = uint32(n) }},
-	{"mig_copy_engines", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.CopyEngines = uint32(n) }},
-	{"mig_decoders", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.Decoders = uint32(n) }},
-	{"mig_encoders", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.Encoders = uint32(n) }},
-	{"mig_jpegs", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.JPEGs = uint32(n) }},
-	{"mig_ofas", sMIG, tUint, 0, false, func(b *block, _ string, n uint64) { b.m.OFAs = uint32(n) }},
+	p     *Profile
+	d     *Device
+	m     *MIG
+	other map[string]string
 }
 
 var archs = []string{"kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper"}
@@ -94,6 +29,7 @@ type parser struct {
 	gseen uint64
 	dseen [MaxDevices]uint64
 	mseen [MaxDevices][MaxMIG]uint64
+	other map[string]map[string]string // by block ("profile", "device D", "mig D.M"): block.other
 	dline [MaxDevices]int
 	mline [MaxDevices][MaxMIG]int
 	devs  [MaxDevices]Device
@@ -129,12 +65,12 @@ func (ps *parser) parseLine(s string) error {
 			return ps.fail(ps.line, "key \"%s\" is misplaced: it belongs %s", k, where[kk.scope])
 		}
 		seen := &ps.gseen
-		b := &block{p: ps.p}
+		b := ps.block(ps.scope, ps.dev, ps.mig)
 		switch ps.scope {
 		case sDevice:
-			seen, b.d = &ps.dseen[ps.dev], &ps.devs[ps.dev]
+			seen = &ps.dseen[ps.dev]
 		case sMIG:
-			seen, b.d, b.m = &ps.mseen[ps.dev][ps.mig], &ps.devs[ps.dev], &ps.migs[ps.dev][ps.mig]
+			seen = &ps.mseen[ps.dev][ps.mig]
 		}
 		if *seen&(1<<i) != 0 {
 			return ps.fail(ps.line, "key \"%s\" given twice in the same block: keep one", k)
@@ -170,23 +106,22 @@ func (ps *parser) setValue(k *key, b *block, v string) error {
 		if len(v) >= k.size || v == "" {
 			return ps.fail(ps.line, "%s: value must be 1 to %d characters", k.name, k.size-1)
 		}
-		k.set(b, v, 0)
+		b.store(k, v, 0)
 	case tU64, tUint:
 		n, ok := parseU64(v)
 		if !ok || (k.kind == tUint && n > 0xffffffff) {
 			return ps.fail(ps.line, "%s: \"%s\" is not a whole number (write e.g. %s = 16384; 0x prefix for hex)", k.name, v, k.name)
 		}
-		k.set(b, v, n)
+		b.store(k, v, n)
 	case tCC:
-		maj, min, ok := parseCC(v)
-		if !ok {
+		if _, _, ok := parseCC(v); !ok {
 			return ps.fail(ps.line, "%s: \"%s\" is not MAJOR.MINOR (write e.g. %s = 8.6)", k.name, v, k.name)
 		}
-		b.d.CCMajor, b.d.CCMinor = maj, min
+		b.store(k, v, 0)
 	case tArch:
 		for _, a := range archs {
 			if a == v {
-				k.set(b, v, 0)
+				b.store(k, v, 0)
 				return nil
 			}
 		}
@@ -195,7 +130,7 @@ func (ps *parser) setValue(k *key, b *block, v string) error {
 		if v != "enabled" && v != "disabled" {
 			return ps.fail(ps.line, "%s: \"%s\" must be enabled or disabled", k.name, v)
 		}
-		k.set(b, v, 0)
+		b.store(k, v, 0)
 	}
 	return nil
 }
@@ -317,4 +252,34 @@ func bit(name string) uint64 {
 		}
 	}
 	return 0
+}
+
+// block is the block of scope sc: the profile, device dev or its MIG instance mig.
+func (ps *parser) block(sc scope, dev, mig int) *block {
+	b := &block{p: ps.p}
+	id := "profile"
+	switch sc {
+	case sDevice:
+		b.d, id = &ps.devs[dev], fmt.Sprintf("device %d", dev)
+	case sMIG:
+		b.d, b.m, id = &ps.devs[dev], &ps.migs[dev][mig], fmt.Sprintf("mig %d.%d", dev, mig)
+	}
+	if ps.other != nil {
+		if ps.other[id] == nil {
+			ps.other[id] = map[string]string{}
+		}
+		b.other = ps.other[id]
+	}
+	return b
+}
+
+// defaults gives every key of the block's scope that it has not seen and that has a default
+// that default, as fakegpu's defaults() does.
+func (ps *parser) defaults(sc scope, seen uint64, b *block) {
+	for i := range keys {
+		k := &keys[i]
+		if k.scope == sc && k.dflt != 0 && seen&(1<<i) == 0 {
+			b.store(k, strconv.FormatUint(k.dflt, 10), k.dflt)
+		}
+	}
 }

@@ -55,11 +55,12 @@ _Static_assert(sizeof(((fg_config *)0)->container) == FG_GROUP_LEN, "FAKEGPU_CON
 
 /* The time slice and the container name of the completed-work accounting (state.h). */
 static int engine(fg_config *c, char *err, size_t errlen) {
-    uint64_t us = FG_TIMESLICE_DEFAULT_NS / 1000;
+    uint64_t us = c->prof.timeslice_us ? c->prof.timeslice_us : FG_TIMESLICE_DEFAULT_NS / 1000;
     if (env_u64("FAKEGPU_TIMESLICE_US", &us, err, errlen) < 0)
         return -1;
     if (us < 10 || us > 1000000) {
-        snprintf(err, errlen, "FAKEGPU_TIMESLICE_US=%llu: want 10 to 1000000 (µs)", (unsigned long long)us);
+        snprintf(err, errlen, "FAKEGPU_TIMESLICE_US (or the profile's timeslice_us) %llu: want 10 to 1000000 (µs)",
+                 (unsigned long long)us);
         return -1;
     }
     c->timeslice_ns = us * 1000;
@@ -76,6 +77,36 @@ static int engine(fg_config *c, char *err, size_t errlen) {
         return -1;
     }
     fg_copy(c->container, sizeof c->container, name);
+    return 0;
+}
+
+/* The device's model beyond its memory: NVML's per-process samples, the power cap's speed-up and
+ * the SM clock at full load; the profile's keys, then the environment over them. */
+static int device_model(fg_config *c, char *err, size_t errlen) {
+    const fg_profile *p = &c->prof;
+    const char *smp = getenv("FAKEGPU_NVML_SAMPLES");
+    if (!smp || !*smp)
+        smp = p->nvml_samples;
+    if (*smp && strcmp(smp, "exact") && strcmp(smp, "periodic")) {
+        snprintf(err, errlen, "FAKEGPU_NVML_SAMPLES (or the profile's nvml_samples) \"%s\": want exact (the default) or periodic",
+                 smp);
+        return -1;
+    }
+    c->periodic_samples = !strcmp(smp, "periodic");
+    c->power_boost = p->power_boost ? p->power_boost : 100;
+    if (env_u64("FAKEGPU_POWER_BOOST", &c->power_boost, err, errlen) < 0)
+        return -1;
+    if (c->power_boost < 100 || c->power_boost > 400) {
+        snprintf(err, errlen, "FAKEGPU_POWER_BOOST (or the profile's power_boost) %llu: want a percentage from 100 (no boost) to 400",
+                 (unsigned long long)c->power_boost);
+        return -1;
+    }
+    c->sm_clock_mhz = p->sm_clock_mhz ? p->sm_clock_mhz : 1500;
+    if (c->sm_clock_mhz > 10000) {
+        snprintf(err, errlen, "the profile's sm_clock_mhz %llu: want the SM clock at full load in MHz, up to 10000",
+                 (unsigned long long)c->sm_clock_mhz);
+        return -1;
+    }
     return 0;
 }
 
@@ -105,26 +136,22 @@ int fg_config_load(fg_config *c) {
     if (env_u64("FAKEGPU_UTIL_WINDOW_MS", &ms, err, sizeof err) < 0)
         goto bad;
     c->util_window_ns = (ms ? ms : 1) * 1000000ULL;
-    const char *smp = getenv("FAKEGPU_NVML_SAMPLES");
-    if (smp && *smp && strcmp(smp, "exact") && strcmp(smp, "periodic")) {
-        snprintf(err, sizeof err, "FAKEGPU_NVML_SAMPLES=\"%s\": want exact (the default) or periodic", smp);
+    if (device_model(c, err, sizeof err) != 0)
         goto bad;
-    }
-    c->periodic_samples = smp && !strcmp(smp, "periodic");
-    c->power_boost = 100;
-    if (env_u64("FAKEGPU_POWER_BOOST", &c->power_boost, err, sizeof err) < 0)
-        goto bad;
-    if (c->power_boost < 100 || c->power_boost > 400) {
-        snprintf(err, sizeof err, "FAKEGPU_POWER_BOOST=%llu: want a percentage from 100 (no boost) to 400",
-                 (unsigned long long)c->power_boost);
-        goto bad;
-    }
     const char *trace = getenv("FAKEGPU_NVML_TRACE");
     if (trace && *trace && strcmp(trace, "0") && strcmp(trace, "1")) {
         snprintf(err, sizeof err, "FAKEGPU_NVML_TRACE=\"%s\": want 1 (trace) or 0", trace);
         goto bad;
     }
     c->trace_export = trace && !strcmp(trace, "1");
+    uint64_t stale_ms = 0;
+    if (env_u64("FAKEGPU_NVML_STALE_MS", &stale_ms, err, sizeof err) < 0)
+        goto bad;
+    if (stale_ms > 600000) {
+        snprintf(err, sizeof err, "FAKEGPU_NVML_STALE_MS=%llu: want 0 to 600000 (ms)", (unsigned long long)stale_ms);
+        goto bad;
+    }
+    c->stale_ns = stale_ms * 1000000ULL;
     if (engine(c, err, sizeof err) != 0)
         goto bad;
     c->identity = fg_profile_identity(p);

@@ -1,6 +1,7 @@
 /*
  * Everything a library needs before it can answer: the profile, the faults and where the shared
- * device state lives. Both libraries load it the same way, from the same environment:
+ * device state lives. Both libraries load it the same way, from the same environment (the
+ * engine's variables override the profile's keys timeslice_us, power_boost and nvml_samples):
  *   FAKEGPU_PROFILE      a profile name (looked up in FAKEGPU_PROFILE_DIR) or a path (has a '/')
  *   FAKEGPU_PROFILE_DIR  where names are looked up (default FG_DEFAULT_PROFILE_DIR)
  *   FAKEGPU_STATE_DIR    where the shared state file lives (default /run/fakegpu, else /tmp/fakegpu)
@@ -12,6 +13,7 @@
  *   FAKEGPU_NVML_TRACE   1: one stderr line per call through nvidia-smi's internal export table
  *   FAKEGPU_TIMESLICE_US the time slice between processes' queues on a GPU (default 1024)
  *   FAKEGPU_CONTAINER    the container a process's completed work is also counted for
+ *   FAKEGPU_NVML_STALE_MS how long a process that ended stays in the NVML process list (default 0)
  * plus the fault variables of fault.h.
  */
 #ifndef FG_CONFIG_H
@@ -34,7 +36,9 @@ typedef struct fg_config {
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
+    uint64_t sm_clock_mhz; /* the profile's sm_clock_mhz: the SM clock at full load */
     char container[64];    /* FAKEGPU_CONTAINER, "" none */
+    uint64_t stale_ns;     /* FAKEGPU_NVML_STALE_MS: an ended process stays in the NVML process list */
     char state_path[600];
     uint64_t identity;
 } fg_config;

@@ -211,10 +211,9 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUt
     return NVML_SUCCESS;
 }
 
-/* The SM (and graphics) clock: FG_FULL_LOAD_MHZ times FAKEGPU_POWER_BOOST's speed factor, so a
- * lightly loaded device reports the higher clock a power-capped GPU runs at (cuda_launch.c). */
-#define FG_FULL_LOAD_MHZ 1500u
-#define FG_MEM_MHZ 2619u
+/* The SM (and graphics) clock: the profile's sm_clock_mhz (the clock at full load, default 1500)
+ * times FAKEGPU_POWER_BOOST's speed factor, so a lightly loaded device reports the higher clock a
+ * power-capped GPU runs at (cuda_launch.c); the memory clock is the profile's (mem_clock_mhz). */
 FG_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
     NV_ENTER();
     HANDLE(device, d);
@@ -223,16 +222,16 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType
         return r;
     if (!clock || (unsigned)type >= NVML_CLOCK_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
+    const fg_device *dv = fg_nv_device(d);
     if (type == NVML_CLOCK_MEM) {
-        *clock = FG_MEM_MHZ;
+        *clock = dv->mem_clock_mhz;
         return NVML_SUCCESS;
     }
-    const fg_device *dv = fg_nv_device(d);
     if (fg_state_lock(&fg_nv.st) != 0)
         return NVML_ERROR_UNKNOWN;
     uint64_t speed = fg_state_speed(&fg_nv.st, dv->unit, fg_now_ns(), fg_nv.cfg.power_boost);
     fg_state_unlock(&fg_nv.st);
-    *clock = (unsigned)(FG_FULL_LOAD_MHZ * speed / 100);
+    *clock = (unsigned)(fg_nv.cfg.sm_clock_mhz * speed / 100);
     return NVML_SUCCESS;
 }
 

@@ -29,6 +29,7 @@ static nvmlReturn_t first_init(const char *fn) {
         fg_log("%s", err);
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    fg_nv.inits++; /* another state, maybe: nothing listed before stays listed (nvml_process.c) */
     for (unsigned d = 0; d < FG_MAX_DEVICES; d++) {
         fg_nv.gpu[d] = (fg_nvdev){GPU_MAGIC, d, -1};
         for (int m = 0; m < FG_MAX_MIG; m++)

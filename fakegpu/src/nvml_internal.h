@@ -30,6 +30,7 @@ typedef struct fg_nvdev {
 typedef struct fg_nvml {
     pthread_mutex_t mu; /* guards refs, cfg and st across init/shutdown */
     int refs;           /* nvmlInit calls not yet matched by nvmlShutdown */
+    unsigned inits;     /* first inits so far (each may read another profile and state) */
     fg_config cfg;
     fg_state st;
     fg_nvdev gpu[FG_MAX_DEVICES];

@@ -61,6 +61,46 @@ static nvmlReturn_t collect(const fg_nvdev *d, row *rows, unsigned *n) {
     return NVML_SUCCESS;
 }
 
+/* FAKEGPU_NVML_STALE_MS: a process that ended stays in this library's process list for that long,
+ * with what it held last, as a real driver lists a process while it tears its context down, or as
+ * long as a descriptor of it lives on in another process (the node monitor must not take such a
+ * record for the memory of whichever process takes the PID next). Each reader remembers the rows
+ * it listed: the record outlives the process in the lists of a reader that saw it alive. */
+#define MAX_STALE 256
+static struct stale_row {
+    const fg_nvdev *d;
+    row r;
+    uint64_t seen_ns;
+} stale[MAX_STALE];
+static unsigned nstale, stale_inits; /* the rows, and the first init they were listed after */
+static pthread_mutex_t stale_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Remembers d's live rows and appends those of its processes that ended within the stale time. */
+static void add_stale(const fg_nvdev *d, row *rows, unsigned *n) {
+    uint64_t keep = fg_nv.cfg.stale_ns, now = fg_now_ns();
+    if (!keep)
+        return;
+    pthread_mutex_lock(&stale_mu);
+    if (stale_inits != fg_nv.inits) /* listed before the library was set up again: forgotten */
+        nstale = 0, stale_inits = fg_nv.inits;
+    unsigned live = *n, kept = 0;
+    for (unsigned i = 0; i < nstale; i++) {
+        struct stale_row *s = &stale[i];
+        int listed = 0;
+        for (unsigned j = 0; s->d == d && j < live; j++)
+            listed |= rows[j].pid == s->r.pid;
+        if (listed || now - s->seen_ns >= keep)
+            continue; /* listed again below, or stale for long enough */
+        if (s->d == d && *n < MAX_ROWS)
+            rows[(*n)++] = s->r;
+        stale[kept++] = *s;
+    }
+    for (unsigned j = 0; j < live && kept < MAX_STALE; j++)
+        stale[kept++] = (struct stale_row){d, rows[j], now};
+    nstale = kept;
+    pthread_mutex_unlock(&stale_mu);
+}
+
 /* The real library's contract: *infoCount in = room, out = how many there are;
  * NVML_ERROR_INSUFFICIENT_SIZE when the room is too small (infos may be NULL to ask). */
 static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, int version) {
@@ -74,6 +114,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void
     unsigned n;
     if ((r = collect(d, rows, &n)) != NVML_SUCCESS)
         return r;
+    add_stale(d, rows, &n);
     unsigned room = *infoCount;
     *infoCount = n;
     if (room < n)

@@ -23,31 +23,37 @@ typedef struct key {
     enum type type;
     size_t off, len; /* offset in fg_profile / fg_device / fg_mig; len for strings */
     int required;
+    uint64_t dflt;   /* what a missing key reads as (0: none) */
 } key;
 
-#define G(n, t, f, r) {n, S_GLOBAL, t, offsetof(fg_profile, f), sizeof(((fg_profile *)0)->f), r}
-#define D(n, t, f, r) {n, S_DEVICE, t, offsetof(fg_device, f), sizeof(((fg_device *)0)->f), r}
-#define M(n, t, f, r) {n, S_MIG, t, offsetof(fg_mig, f), sizeof(((fg_mig *)0)->f), r}
+/* The table is keys.def (beside the Go reader, which parses the same file); CC's field is the
+ * pair field_major, field_minor (profile.h). */
+#define FG_STRUCT_GLOBAL fg_profile
+#define FG_STRUCT_DEVICE fg_device
+#define FG_STRUCT_MIG fg_mig
+#define FG_MEMBER_STR(f) f
+#define FG_MEMBER_GPU_UUID(f) f
+#define FG_MEMBER_MIG_UUID(f) f
+#define FG_MEMBER_PCI(f) f
+#define FG_MEMBER_U64(f) f
+#define FG_MEMBER_UINT(f) f
+#define FG_MEMBER_ARCH(f) f
+#define FG_MEMBER_ONOFF(f) f
+#define FG_MEMBER_CC(f) f##_major
+#define FG_KEY(scope, name, field, type, size, required, dflt)                                                 \
+    {#name, S_##scope, T_##type, offsetof(FG_STRUCT_##scope, FG_MEMBER_##type(field)),                          \
+     sizeof(((FG_STRUCT_##scope *)0)->FG_MEMBER_##type(field)), required, dflt},
 static const key keys[] = {
-    G("driver_version", T_STR, driver_version, 1), G("cuda_version", T_UINT, cuda_version, 1),
-    G("nvml_version", T_STR, nvml_version, 0),     G("context_mib", T_U64, context_mib, 0),
-    G("launch_ns", T_U64, launch_ns, 0),           G("block_ns", T_U64, block_ns, 0),
-    G("fail_alloc", T_STR, fail_alloc, 0),         G("nvml_error", T_STR, nvml_error, 0),
-    G("lost_device", T_STR, lost_device, 0),
-    D("name", T_STR, name, 1),                     D("uuid", T_GPU_UUID, uuid, 1),
-    D("memory_mib", T_U64, memory_mib, 1),         D("pci_bus_id", T_PCI, pci_bus_id, 0),
-    D("pci_device_id", T_UINT, pci_device_id, 0),  D("minor", T_UINT, minor, 0),
-    D("architecture", T_ARCH, architecture, 1),    D("compute_capability", T_CC, cc_major, 1),
-    D("sm_count", T_UINT, sm_count, 1),            D("mig_mode", T_ONOFF, mig_enabled, 0),
-    D("bar1_mib", T_U64, bar1_mib, 0),
-    M("mig_profile", T_STR, profile, 1),           M("mig_uuid", T_MIG_UUID, uuid, 1),
-    M("mig_memory_mib", T_U64, memory_mib, 1),     M("mig_gpu_instance_id", T_UINT, gpu_instance_id, 1),
-    M("mig_compute_instance_id", T_UINT, compute_instance_id, 1), M("mig_sm_count", T_UINT, sm_count, 0),
-    M("mig_copy_engines", T_UINT, copy_engines, 0), M("mig_decoders", T_UINT, decoders, 0),
-    M("mig_encoders", T_UINT, encoders, 0),         M("mig_jpegs", T_UINT, jpegs, 0),
-    M("mig_ofas", T_UINT, ofas, 0),
+#include "../profile/keys.def"
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
+
+/* Each key's index in keys[], by name: K_minor … (bit() of a key the reader itself looks at). */
+enum key_index {
+#define FG_KEY(scope, name, field, type, size, required, dflt) K_##name,
+#include "../profile/keys.def"
+};
+_Static_assert(NKEYS <= 64, "a block's seen keys are the bits of a uint64_t");
 
 /* Decimal digits into a 32-bit value; the end of them in *end. sscanf's %u would also take a
  * sign and leading spaces ("8. 6", "-8.6" wrapping to a huge major). */
@@ -263,11 +269,19 @@ static int parse_line(parser *ps, fg_profile *p, char *s) {
                 ps->scope == S_GLOBAL ? " device" : " device mig");
 }
 
-static uint64_t bit(const char *name) {
-    for (size_t i = 0; i < NKEYS; i++)
-        if (strcmp(keys[i].name, name) == 0)
-            return 1ULL << i;
-    return 0;
+static uint64_t bit(enum key_index k) { return 1ULL << k; }
+
+/* Every key of the scope the block has not seen and that has a default takes it. */
+static void defaults(enum scope sc, uint64_t seen, char *base) {
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key *k = &keys[i];
+        if (k->scope != sc || !k->dflt || (seen & (1ULL << i)))
+            continue;
+        if (k->type == T_U64)
+            *(uint64_t *)(base + k->off) = k->dflt;
+        else
+            *(unsigned *)(base + k->off) = (unsigned)k->dflt;
+    }
 }
 
 /* Required keys, dense indexes, and the values derived from the others. */
@@ -276,6 +290,7 @@ static int finish(parser *ps, fg_profile *p) {
         if (keys[i].scope == S_GLOBAL && keys[i].required && !(ps->gseen & (1ULL << i)))
             return fail(ps, 0, "missing required key \"%s\" (add a line \"%s = ...\" before the first device)",
                         keys[i].name, keys[i].name);
+    defaults(S_GLOBAL, ps->gseen, (char *)p);
     if (p->ndev == 0)
         return fail(ps, 0, "no devices (add a block starting with \"device = 0\")");
     unsigned unit = p->ndev;
@@ -287,15 +302,14 @@ static int finish(parser *ps, fg_profile *p) {
             if (keys[i].scope == S_DEVICE && keys[i].required && !(ps->dseen[d] & (1ULL << i)))
                 return fail(ps, ps->dline[d], "device %u: missing required key \"%s\" (add \"%s = ...\" to its block)", d,
                             keys[i].name, keys[i].name);
+        defaults(S_DEVICE, ps->dseen[d], (char *)dv);
         if (dv->memory_mib == 0)
             return fail(ps, ps->dline[d], "device %u: memory_mib must be above 0", d);
-        if (!(ps->dseen[d] & bit("minor"))) /* defaults to the index */
+        if (!(ps->dseen[d] & bit(K_minor))) /* defaults to the index */
             dv->minor = d;
         if (!dv->pci_bus_id[0])
             snprintf(dv->pci_bus_id, sizeof dv->pci_bus_id, "00000000:%02X:00.0", d + 1);
-        if (!(ps->dseen[d] & bit("bar1_mib")))
-            dv->bar1_mib = 256;
-        if (dv->nmig && (ps->dseen[d] & bit("mig_mode")) && !dv->mig_enabled)
+        if (dv->nmig && (ps->dseen[d] & bit(K_mig_mode)) && !dv->mig_enabled)
             return fail(ps, ps->dline[d], "device %u: has mig blocks but mig_mode = disabled", d);
         if (dv->nmig)
             dv->mig_enabled = 1;
@@ -308,10 +322,11 @@ static int finish(parser *ps, fg_profile *p) {
                 if (keys[i].scope == S_MIG && keys[i].required && !(ps->mseen[d][m] & (1ULL << i)))
                     return fail(ps, ps->mline[d][m], "device %u mig %u: missing required key \"%s\"", d, m, keys[i].name);
             fg_mig *mg = &dv->mig[m];
+            defaults(S_MIG, ps->mseen[d][m], (char *)mg);
             char *g;
             unsigned long slices = strtoul(mg->profile, &g, 10);
             mg->slices = *g == 'g' && slices > 0 && slices <= 8 ? (unsigned)slices : 1; /* "1g.5gb" */
-            if (!(ps->mseen[d][m] & bit("mig_copy_engines")))
+            if (!(ps->mseen[d][m] & bit(K_mig_copy_engines)))
                 mg->copy_engines = mg->slices;
             sum += dv->mig[m].memory_mib;
             if (unit >= FG_MAX_UNITS)
@@ -342,7 +357,6 @@ int fg_profile_parse(const char *path, const char *text, fg_profile *p, char *er
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     size_t bl = strcspn(base, ".");
     snprintf(p->name, sizeof p->name, "%.*s", (int)(bl < sizeof p->name ? bl : sizeof p->name - 1), base);
-    p->context_mib = 300, p->launch_ns = 10000;
     int rc = 0;
     char line[1024];
     for (const char *s = text; *s && rc == 0;) {

@@ -18,34 +18,40 @@
 
 #include "fg.h"
 
-#define FG_NAME_LEN 96
-#define FG_UUID_LEN 48
-#define FG_PCI_LEN 32
+#define FG_NAME_LEN 96 /* the "name" key's size in keys.def */
+
+/* A field per key of a scope, from the one table of keys (keys.def beside the Go reader): the
+ * type's C form, in the struct of the key's scope only. */
+#define FG_FIELD_STR(f, n) char f[n];
+#define FG_FIELD_GPU_UUID(f, n) char f[n];
+#define FG_FIELD_MIG_UUID(f, n) char f[n];
+#define FG_FIELD_PCI(f, n) char f[n];
+#define FG_FIELD_U64(f, n) uint64_t f;
+#define FG_FIELD_UINT(f, n) unsigned f;
+#define FG_FIELD_ARCH(f, n) unsigned f; /* NVML_DEVICE_ARCH_* */
+#define FG_FIELD_ONOFF(f, n) unsigned f;
+#define FG_FIELD_CC(f, n) unsigned f##_major, f##_minor;
+#define FG_IN_GLOBAL_GLOBAL(x) x
+#define FG_IN_GLOBAL_DEVICE(x)
+#define FG_IN_GLOBAL_MIG(x)
+#define FG_IN_DEVICE_GLOBAL(x)
+#define FG_IN_DEVICE_DEVICE(x) x
+#define FG_IN_DEVICE_MIG(x)
+#define FG_IN_MIG_GLOBAL(x)
+#define FG_IN_MIG_DEVICE(x)
+#define FG_IN_MIG_MIG(x) x
+#define FG_KEY_FIELD(in, scope, field, type, size) FG_IN_##in##_##scope(FG_FIELD_##type(field, size))
 
 typedef struct fg_mig {
-    char profile[32];     /* "1g.5gb" */
-    char uuid[FG_UUID_LEN];
-    uint64_t memory_mib;
-    unsigned gpu_instance_id;
-    unsigned compute_instance_id;
-    unsigned sm_count;
-    unsigned copy_engines, decoders, encoders, jpegs, ofas; /* shared engines, as nvidia-smi lists them */
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_KEY_FIELD(MIG, scope, field, type, size)
+#include "../profile/keys.def"
     unsigned slices;      /* GPU instance slices: the <n> of "<n>g.…" (derived) */
     unsigned unit;        /* accounting unit in the shared state (derived) */
 } fg_mig;
 
 typedef struct fg_device {
-    char name[FG_NAME_LEN];
-    char uuid[FG_UUID_LEN];
-    uint64_t memory_mib;
-    char pci_bus_id[FG_PCI_LEN]; /* "00000000:00:05.0" */
-    unsigned pci_device_id;      /* 0x25B610DE */
-    unsigned minor;
-    unsigned architecture;       /* NVML_DEVICE_ARCH_* */
-    unsigned cc_major, cc_minor;
-    unsigned sm_count;
-    uint64_t bar1_mib;           /* BAR1 aperture (default 256) */
-    unsigned mig_enabled;
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_KEY_FIELD(DEVICE, scope, field, type, size)
+#include "../profile/keys.def"
     unsigned nmig;
     fg_mig mig[FG_MAX_MIG];
     unsigned unit;               /* accounting unit (derived) */
@@ -54,19 +60,14 @@ typedef struct fg_device {
 typedef struct fg_profile {
     char path[512];
     char name[64];               /* file name without ".profile" */
-    char driver_version[32];
-    unsigned cuda_version;       /* 12040 */
-    char nvml_version[32];       /* default "12." + driver_version */
-    uint64_t context_mib;        /* primary context cost */
-    uint64_t launch_ns;          /* simulated duration of every launch ... */
-    uint64_t block_ns;           /* ... plus this much per thread block */
-    char fail_alloc[24];         /* fault keys, same syntax as the FAKEGPU_* variables */
-    char nvml_error[96];
-    char lost_device[24];
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_KEY_FIELD(GLOBAL, scope, field, type, size)
+#include "../profile/keys.def"
     unsigned ndev;
     unsigned nunits;             /* derived: GPUs + MIG instances */
     fg_device dev[FG_MAX_DEVICES];
 } fg_profile;
+
+_Static_assert(sizeof(((fg_device *)0)->name) == FG_NAME_LEN, "keys.def: a device name's size is FG_NAME_LEN");
 
 /* Parses text (the contents of path) into *out. Returns 0, or -1 with a message in err that
  * names the file, the line and the fix. */

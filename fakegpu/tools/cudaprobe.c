@@ -71,7 +71,7 @@ static const char *const alloc_names[] = {"mem", "managed", "pitch", "async", "v
 
 static struct opts {
     const char *api;
-    int device, threads, kind, hold_signal, ptds, cuda_version, spread;
+    int device, threads, kind, hold_signal, ptds, cuda_version, spread, leader_exits;
     unsigned long long mib, chunk_mib, launches, blocks;
     double hold;
 } o = {.api = "symbols", .threads = 1, .cuda_version = 12000, .blocks = 1};
@@ -88,7 +88,7 @@ static int usage(const char *msg) {
     fprintf(stderr,
             "cudaprobe: %s\nusage: cudaprobe [--device N] [--mib N] [--chunk-mib C] [--alloc=mem|managed|pitch|async|vmm|array]\n"
             "                 [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--cuda-version V] [--ptds] [--threads T]\n"
-            "                 [--launch N] [--blocks B] [--spread N] [--hold SECONDS | --hold-until-signal]\n",
+            "                 [--launch N] [--blocks B] [--spread N] [--hold SECONDS | --hold-until-signal] [--leader-exits]\n",
             msg);
     return 2;
 }
@@ -109,7 +109,7 @@ static int parse(int argc, char **argv) {
         snprintf(name, sizeof name, "%.*s", v ? (int)(v - a) : (int)strlen(a), a);
         if (v)
             v++;
-        else if (strcmp(name, "--hold-until-signal") && strcmp(name, "--ptds") && i + 1 < argc)
+        else if (strcmp(name, "--hold-until-signal") && strcmp(name, "--ptds") && strcmp(name, "--leader-exits") && i + 1 < argc)
             v = argv[++i];
         unsigned long long n = 0;
         int numeric = v && number(v, &n) == 0;
@@ -129,6 +129,8 @@ static int parse(int argc, char **argv) {
             o.hold_signal = 1;
         } else if (!strcmp(name, "--ptds")) {
             o.ptds = 1;
+        } else if (!strcmp(name, "--leader-exits")) {
+            o.leader_exits = 1;
         } else if (!strcmp(name, "--hold") && v) {
             char *end;
             o.hold = strtod(v, &end);
@@ -407,6 +409,14 @@ static void hold_then_free(void) {
     api.DevicePrimaryCtxRelease(dev);
 }
 
+/* --leader-exits: another thread holds and frees, then ends the process; the main thread has exited
+ * (a zombie leader whose process still holds its memory, as the node's monitor must attribute it). */
+static void *hold_then_exit(void *arg) {
+    (void)arg;
+    hold_then_free();
+    exit(0);
+}
+
 int main(int argc, char **argv) {
     if (parse(argc, argv) != 0)
         return 2;
@@ -455,6 +465,9 @@ int main(int argc, char **argv) {
     if (init_err)
         return 1;
 
+    pthread_t holder;
+    if (o.leader_exits && pthread_create(&holder, NULL, hold_then_exit, NULL) == 0)
+        pthread_exit(NULL);
     hold_then_free();
     return 0;
 }

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "charge.h"
-#include "ctxgone.h"
+#include "context.h"
 #include "log.h"
 
 /* fork: the parent's allocations are not the child's to free. Clearing 1.7 MB of tables in every

@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "context.h"
+#include "ctxcache.h"
 #include "guard.h"
 #include "init.h"
 #include "noregion.h"
@@ -64,7 +64,8 @@ extern LB_TABLES_HIDDEN _Atomic uint32_t lb_table_live[2];
 static const struct table g_ptrs = {lb_ptr_e, LB_PTR_BITS, "device pointers", &lb_full_logged[0], &lb_table_live[0]};
 static const struct table g_arrays = {lb_array_e, LB_ARRAY_BITS, "CUDA arrays", &lb_full_logged[1], &lb_table_live[1]};
 
-LB_HOT uint32_t slot_of(const struct table *t, uint64_t k)
+/* A key's first place in t (Fibonacci hashing); reserve.c's slot_of is a pool's, not this. */
+LB_HOT uint32_t table_slot(const struct table *t, uint64_t k)
 {
     return (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> (64 - t->bits));
 }
@@ -92,7 +93,7 @@ LB_HOT int track(const struct table *t, uint64_t value, uint64_t size, int dev, 
     uint64_t k = value + K_BIAS;
     if (k < K_BIAS)
         return -1;
-    uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
+    uint32_t mask = (1u << t->bits) - 1, h = table_slot(t, k);
     for (uint32_t i = 0; i <= mask; i++) {
         struct entry *e = &t->e[(h + i) & mask];
         uint64_t cur = atomic_load_explicit(&e->key, memory_order_relaxed);
@@ -121,7 +122,7 @@ LB_HOT int untrack(const struct table *t, uint64_t value, struct found *f)
     uint64_t k = value + K_BIAS;
     if (k < K_BIAS)
         return 0;
-    uint32_t mask = (1u << t->bits) - 1, h = slot_of(t, k);
+    uint32_t mask = (1u << t->bits) - 1, h = table_slot(t, k);
     for (uint32_t i = 0; i <= mask; i++) {
         struct entry *e = &t->e[(h + i) & mask];
         uint64_t cur = atomic_load_explicit(&e->key, memory_order_acquire);

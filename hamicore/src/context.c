@@ -1,10 +1,10 @@
-/* Context hooks: they keep the per-thread device cache of context.h right, tell the modules that
- * keep something per context when one is destroyed (ctxgone.h: the modules register themselves),
+/* Context hooks: they keep the per-thread device cache of ctxcache.h right, tell the modules that
+ * keep something per context when one is destroyed (context.h: the modules register themselves),
  * and have every context beyond a process's first on a GPU charged (ctxcount.c). */
 #include "context.h"
 
+#include "ctxcache.h"
 #include "ctxcount.h"
-#include "ctxgone.h"
 #include "limitbed/region.h"
 #include "devmap.h"
 #include "guard.h"

@@ -1,6 +1,6 @@
-/* The per-thread device cache of context.h: filled from the driver on a miss, dropped by the
+/* The per-thread device cache of ctxcache.h: filled from the driver on a miss, dropped by the
  * context hooks (context.c) and by a fork. */
-#include "context.h"
+#include "ctxcache.h"
 
 #include <pthread.h>
 

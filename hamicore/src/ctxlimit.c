@@ -13,8 +13,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "ctxcache.h"
 #include "context.h"
-#include "ctxgone.h"
 #include "devmap.h"
 #include "guard.h"
 #include "init.h"

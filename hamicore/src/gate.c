@@ -15,14 +15,17 @@
  * process holds a slice).
  *
  * This file decides a launch and records its markers; the helper thread is gatehelper.c, the
- * per-device state both share gatestate.c (gateslow.h).
+ * per-device state both share gatestate.c (gatestate.h).
  */
 #include "gate.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
-#include "gateslow.h"
+#include "gatehelper.h"
+#include "gatestate.h"
 #include "init.h"
 #include "limiter.h"
 #include "log.h"
@@ -31,10 +34,30 @@
 #include "schedclient.h"
 #include "symbols.h"
 
+#define WANT_EVERY_NS 10000000LL     /* a waiting launcher bumps want at least this often */
+#define WAIT_NS 10000000LL           /* and sleeps on the grant word at most this long at a time */
+#define MARK_POLL_NS 100000LL        /* a launcher waiting for queue room looks again this often */
+
 /* The fast path compares *word with open (0). A device the scheduler does not drive points at a
  * word that is always 0 (launches pass; a limited one is paced instead, see below); lb_gate_shut
  * (gatestate.c) is never 0: every launch takes the slow path. */
 static const _Atomic uint32_t g_local = 0;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void shut(int d) { atomic_store_explicit(&lb_gates[d].word, &lb_gate_shut, memory_order_relaxed); }
 
 static void reset(int d)
 {

@@ -11,22 +11,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "context.h"
+#include "ctxcache.h"
+#include "gatestate.h"
 #include "limitbed/cuda_abi.h"
-#include "region.h"
-
-/* What the fast path reads of a device, alone on its cache line. A launch passes when the word
- * `word` points to holds `open` (the grant word under which this process may launch) and a
- * launch of the current batch is left (markers.h); anything else is the slow path's to decide. */
-struct lb_gate_fast {
-    _Atomic(const _Atomic uint32_t *) word;
-    _Atomic uint32_t open;
-    _Atomic int32_t left;
-} __attribute__((aligned(64)));
-
-extern struct lb_gate_fast lb_gates[LB_REGION_MAX_DEVICES];
-/* 1 once a device is limited or scheduled: launches then ask the gate. */
-extern int lb_launch_gated;
 
 /* One launch of the batch taken: 1 if more are left (x86-64: one locked decrement and its flags). */
 static inline int lb_gate_take(_Atomic int32_t *left)

@@ -1,10 +1,12 @@
-/* The launch gate's helper thread (gateslow.h): while the process holds a slice it watches the
+/* The launch gate's helper thread (gatehelper.h): while the process holds a slice it watches the
  * grant word, reports when the slice's work has drained (revoked, or idle: released) and finds a
  * silent scheduler; it is started, or woken, when a launcher joins a slice (gate.c). */
-#include "gateslow.h"
+#include "gatehelper.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,10 +16,31 @@
 #include "schedclient.h"
 #include "symbols.h"
 
+#define IDLE_NS 2000000LL            /* a holder with nothing launched or queued this long releases */
+#define TICK_NS 1000000LL            /* the helper's step while the process holds a slice */
+#define FREE_TICK_NS 20000000LL      /* ... while it only runs free (the launcher sees a revoke itself) */
+
 static _Atomic int g_helper;     /* 0 none, 1 running (or starting) */
 static _Atomic uint32_t g_kick;  /* the helper sleeps on it when nothing is held (process-private) */
 
 static void *helper(void *arg);
+
+/* The gate's own clock, sleep and shutter, as gate.c has them. */
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void nap(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void shut(int d) { atomic_store_explicit(&lb_gates[d].word, &lb_gate_shut, memory_order_relaxed); }
 
 void lb_gate_ensure_helper(void)
 {

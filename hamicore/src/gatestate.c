@@ -1,7 +1,7 @@
-/* The launch gate's per-device state (gateslow.h): defined here, apart from gate.c and
+/* The launch gate's per-device state (gatestate.h): defined here, apart from gate.c and
  * gatehelper.c, so that both use it and neither calls back into the other; and the two steps of a
  * device's marker ring that both take: polling the completed markers, counting the last batch. */
-#include "gateslow.h"
+#include "gatestate.h"
 
 #include "guard.h"
 #include "limiter.h"

@@ -24,8 +24,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "ctxcache.h"
 #include "context.h"
-#include "ctxgone.h"
 #include "devmap.h"
 #include "gate.h"
 #include "graph.h"

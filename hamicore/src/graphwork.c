@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "context.h"
+#include "ctxcache.h"
 #include "gate.h"
 #include "init.h"
 #include "limiter.h"

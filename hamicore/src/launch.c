@@ -9,7 +9,7 @@
  * the slice, or is paced alone), then calls the driver with the reentrancy guard up, so a driver
  * whose _ptsz/Ex entry points call the plain one through its export is not gated twice, and
  * afterwards records the batch's marker if one is due. */
-#include "context.h"
+#include "ctxcache.h"
 #include "gate.h"
 #include "init.h"
 #include "limiter.h"

@@ -20,8 +20,8 @@
 
 #include "limitbed/modglobals.h"
 
+#include "ctxcache.h"
 #include "context.h"
-#include "ctxgone.h"
 #include "guard.h"
 #include "init.h"
 #include "log.h"

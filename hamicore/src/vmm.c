@@ -21,7 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "context.h"
+#include "ctxcache.h"
 #include "devmap.h"
 #include "guard.h"
 #include "init.h"

@@ -15,8 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/libvars"
-	"github.com/limitbed/limitbed/plugin/limitsfile"
-	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
@@ -53,17 +52,13 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 	if _, err := exec.LookPath("valgrind"); err != nil {
 		return f, fmt.Errorf("bench gate: valgrind is needed (apt-get install valgrind): %w", err)
 	}
-	state, containers, grants := filepath.Join(g.Dir, "gpu"), filepath.Join(g.Dir, "containers"), filepath.Join(g.Dir, "sched")
-	key := "bench_main"
-	dir := filepath.Join(containers, key)
-	for _, d := range []string{state, dir, grants} {
-		if err := os.MkdirAll(d, 0o777); err != nil {
-			return f, err
-		}
+	state := filepath.Join(g.Dir, "gpu")
+	if err := os.MkdirAll(state, 0o777); err != nil {
+		return f, err
 	}
 	base := []string{"PATH=" + os.Getenv("PATH"), "LD_LIBRARY_PATH=" + g.Lib, "FAKEGPU_PROFILE=a16-16q",
 		"FAKEGPU_PROFILE_DIR=" + g.ProfileDir, "FAKEGPU_STATE_DIR=" + state, "FAKEGPU_LAUNCH_NS=0", "BENCH_LAUNCH_ONLY=1"}
-	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+filepath.Join(g.Dir, monitor.UsageCacheName))
+	lib := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+filepath.Join(g.Dir, paths.UsageCacheName))
 	var err error
 	if f.Native, err = g.perLaunch(ctx, base, nil); err != nil {
 		return f, err
@@ -71,28 +66,27 @@ func (g *GateCost) Run(ctx context.Context) (GateFigures, error) {
 	if f.Library, err = g.perLaunch(ctx, lib, nil); err != nil {
 		return f, err
 	}
-	// The scheduler's records of the container, then the scheduler.
-	data, _ := limitsfile.Render(map[string]string{libvars.SMLimit: "100"})
-	pub := limitsfile.Publisher{}
-	if err := pub.Publish(filepath.Join(containers, key+limitsfile.Suffix), data); err != nil {
+	// The device plugin's records of the container (g.Dir is the node's hook path), then the
+	// scheduler. A limit of 100 %: its grant word says FREE.
+	_, resp, err := RecordContainer(g.Dir, Container{Name: "bench", Limit: 100, Policy: "default", Priority: 1},
+		"GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50") // a16-16q's GPU
+	if err != nil {
 		return f, err
 	}
-	u, _ := schedproto.ParseUUID("GPU-3c5a7e21-8f4b-4d2a-9b61-0a1c2d3e4f50") // a16-16q's GPU
-	grant, _ := schedproto.GrantSpec{GPUs: []schedproto.UUID{u}}.Bytes()
-	gp := filepath.Join(grants, key+timeslice.GrantSuffix)
-	if err := pub.Publish(gp, grant); err != nil {
+	mounts, err := SchedMounts(resp)
+	if err != nil {
 		return f, err
 	}
+	containers := paths.ContainersDir(g.Dir)
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	n := &timeslice.Node{GrantDir: grants, ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
+	n := &timeslice.Node{GrantDir: schedproto.GrantDir(g.Dir), ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
 		Config: timeslice.DefaultConfig(), Logger: g.Logger}
 	go func() { done <- n.Run(sctx) }()
 	defer func() { stop(); <-done }()
 	time.Sleep(500 * time.Millisecond) // the scheduler has read the records
-	held := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"=/usr/local/vgpu/usage.cache")
-	wrap := []string{g.Privatens, "--bind", g.Dir, "--mount", "/usr/local/vgpu=" + dir,
-		"--mount-ro", schedproto.ContainerGrantPath + "=" + gp, "--"}
+	held := append(append([]string{}, base...), "LD_PRELOAD="+g.Preload, libvars.SharedCache+"="+paths.ContainerUsageCache)
+	wrap := append(append([]string{g.Privatens, "--bind", g.Dir}, mounts...), "--")
 	f.Held, err = g.perLaunch(ctx, held, wrap)
 	return f, err
 }

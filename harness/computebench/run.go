@@ -20,6 +20,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Workloads launchprobe knows.
@@ -83,7 +84,7 @@ func (r *Runner) Run(ctx context.Context, c Case) (ProbeResult, error) {
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, r.Env...)
 	if c.Policy != "" {
 		cmd.Env = append(cmd.Env, "LD_PRELOAD="+r.Preload,
-			libvars.SharedCache+"="+filepath.Join(pod, monitor.UsageCacheName),
+			libvars.SharedCache+"="+filepath.Join(pod, paths.UsageCacheName),
 			libvars.SMLimit+"="+strconv.Itoa(c.Limit), libvars.CorePolicy+"="+c.Policy)
 	}
 	var out, stderr bytes.Buffer

@@ -185,14 +185,14 @@ func oneOf(v string, list []string) error {
 	return fmt.Errorf("want one of %s", strings.Join(list, ", "))
 }
 
-// checkName: what FAKEGPU_CONTAINER and a directory name both take.
+// checkName: what FAKEGPU_CONTAINER and a pod UID (the container's key, ContainerKey) both take.
 func checkName(v string) error {
 	if len(v) == 0 || len(v) > 40 {
 		return fmt.Errorf("want 1 to 40 characters")
 	}
 	for _, r := range v {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.') {
-			return fmt.Errorf("want A-Z a-z 0-9 - . only")
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return fmt.Errorf("want A-Z a-z 0-9 - only")
 		}
 	}
 	return nil

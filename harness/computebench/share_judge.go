@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/harness/gpuwork"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // judgeShared turns the work records read during a scenario into each container's shares and
@@ -138,7 +139,7 @@ func (r *SharedRunner) baseline(ctx context.Context, profile string, c Container
 	c.Name, c.Policy, c.GPU, c.Start, c.Die = "unthrottled", "none", 0, 0, 0
 	t0 := time.Now()
 	// It launches half a second longer than it is read, so the last reading is not its drain.
-	ps, err := r.start(ctx, c, gpu, filepath.Join(dir, "containers"), secs+0.5)
+	ps, err := r.start(ctx, c, gpu, paths.ContainersDir(dir), secs+0.5)
 	var a, b gpuwork.Snapshot
 	if err == nil {
 		time.Sleep(time.Until(t0.Add(SkipWindows * time.Second)))

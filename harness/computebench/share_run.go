@@ -18,6 +18,7 @@ import (
 	"github.com/limitbed/limitbed/harness/gpuwork"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
@@ -116,7 +117,11 @@ type proc struct {
 // start starts the container's processes: the library preloaded with the container's region and
 // limits (none for policy none), its name for fakegpu's records, its GPU.
 func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, node string, seconds float64) ([]*proc, error) {
-	dir := filepath.Join(node, c.Name+"_main")
+	key, err := ContainerKey(c)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	dir := paths.ContainerDir(node, key)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
@@ -125,7 +130,7 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 	}
 	env := append(append([]string{}, gpu...), "FAKEGPU_CONTAINER="+c.Name, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(c.GPU))
 	if c.Policy != "none" {
-		env = append(env, "LD_PRELOAD="+r.Preload, libvars.SharedCache+"="+filepath.Join(dir, monitor.UsageCacheName),
+		env = append(env, "LD_PRELOAD="+r.Preload, libvars.SharedCache+"="+filepath.Join(dir, paths.UsageCacheName),
 			libvars.SMLimit+"="+strconv.Itoa(c.Limit), libvars.CorePolicy+"="+c.Policy,
 			libvars.TaskPriority+"="+strconv.Itoa(c.Priority))
 	}
@@ -240,7 +245,7 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	run := filepath.Join(r.Dir, fmt.Sprintf("shared%d", r.n))
 	r.mu.Unlock()
 	gpu := r.gpuEnv(sc.Profile, filepath.Join(run, "gpu"))
-	node := filepath.Join(run, "containers")
+	node := paths.ContainersDir(run) // run is the node's hook path
 	if err := os.MkdirAll(node, 0o755); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}

@@ -6,25 +6,33 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/annotations"
+	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/libvars"
-	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
 // Scheduled runs a SharedRunner's containers as a node with the compute scheduler runs them: as
-// Prepare it records each container as the device plugin does (its limits file and its grant
-// file naming its GPU), starts the node's scheduler (plugin/timeslice, in this process) for every
-// run's containers directory, and starts each process in a private mount namespace where the
+// Prepare it has the device plugin's Allocate record each container (its directory, its limits
+// file and its grant file naming its GPU), starts the node's scheduler (plugin/timeslice, in this
+// process) for every run's containers directory, and starts each process in a private mount namespace where the
 // container's directory is /usr/local/vgpu and its grant file is mounted read-only at the path
 // compiled into libvgpu.so (hamicore/test/privatens; needs root).
 type Scheduled struct {
@@ -37,100 +45,149 @@ type Scheduled struct {
 	// are charged their time).
 	Binary string
 
-	mu    sync.Mutex
-	nodes map[string]*schedNode // by containers directory
-	ctrs  map[string]bool       // containers recorded
-	cpu   time.Duration
+	mu     sync.Mutex
+	nodes  map[string]*schedNode // by containers directory
+	ctrs   map[string]bool       // containers recorded, by directory
+	mounts map[string][]string   // their privatens mount arguments, by directory
+	cpu    time.Duration
 }
 
 type schedNode struct {
 	n      *timeslice.Node // in process
-	grants string
-	gpuEnv []string  // the node's fakegpu environment (the binary's NVML)
-	cmd    *exec.Cmd // or the binary
-	hook   string
+	hook   string          // the node's hook path
+	gpuEnv []string        // the node's fakegpu environment (the binary's NVML)
+	cmd    *exec.Cmd       // or the binary
 	cancel context.CancelFunc
 	done   chan error
 }
 
-// Prepare implements SharedRunner.Prepare.
+// Prepare implements SharedRunner.Prepare. dir is the container's directory in a node's
+// containers directory, <hook>/vgpu/containers/<key> (SharedRunner lays its runs out so).
 func (s *Scheduled) Prepare(ctx context.Context, c Container, dir string, cmd *exec.Cmd) error {
 	if c.Policy == "none" {
 		return nil // no library: nothing obeys a grant
 	}
 	containers := filepath.Dir(dir)
-	grants := filepath.Join(filepath.Dir(containers), "sched")
-	key := filepath.Base(dir)
-	grant := filepath.Join(grants, key+timeslice.GrantSuffix)
+	hook := filepath.Dir(filepath.Dir(containers))
+	if paths.ContainersDir(hook) != containers {
+		return fmt.Errorf("container %s: %s is not in a node's containers directory (<hook>/vgpu/containers)", c.Name, dir)
+	}
 	env := envMap(cmd.Env)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctrs == nil {
-		s.ctrs, s.nodes = map[string]bool{}, map[string]*schedNode{}
+		s.ctrs, s.nodes, s.mounts = map[string]bool{}, map[string]*schedNode{}, map[string][]string{}
 	}
-	if !s.ctrs[grant] {
-		if err := s.record(c, containers, grants, key, env); err != nil {
+	if !s.ctrs[dir] {
+		mounts, err := s.record(c, hook, env)
+		if err != nil {
 			return err
 		}
-		s.ctrs[grant] = true
+		s.ctrs[dir], s.mounts[dir] = true, mounts
 	}
 	if s.nodes[containers] == nil {
-		s.start(containers, grants, nodeEnv(cmd.Env))
+		s.start(hook, nodeEnv(cmd.Env))
 	}
 	state := env["FAKEGPU_STATE_DIR"]
-	args := []string{"--bind", dir, "--bind", state, "--mount", "/usr/local/vgpu=" + dir,
-		"--mount-ro", schedproto.ContainerGrantPath + "=" + grant, "--"}
-	cmd.Args = append(append([]string{s.Privatens}, args...), cmd.Args...)
+	args := append([]string{"--bind", dir, "--bind", state}, s.mounts[dir]...)
+	cmd.Args = append(append(append([]string{s.Privatens}, args...), "--"), cmd.Args...)
 	cmd.Path = s.Privatens
 	return nil
 }
 
-// record writes what the device plugin writes at Allocate for the container, its GPU named by
-// the fakegpu profile.
-func (s *Scheduled) record(c Container, containers, grants, key string, env map[string]string) error {
+// record has the device plugin's Allocate write the container's files, its GPU named by the
+// fakegpu profile, and returns the privatens arguments of the mounts its processes need.
+func (s *Scheduled) record(c Container, hook string, env map[string]string) ([]string, error) {
 	gpus, err := node.ReadProfile(filepath.Join(env["FAKEGPU_PROFILE_DIR"], env["FAKEGPU_PROFILE"]+".profile"))
 	if err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	if c.GPU < 0 || c.GPU >= len(gpus) {
-		return fmt.Errorf("container %s: GPU %d, the profile has %d", c.Name, c.GPU, len(gpus))
+		return nil, fmt.Errorf("container %s: GPU %d, the profile has %d", c.Name, c.GPU, len(gpus))
 	}
-	return RecordContainer(containers, grants, key, c, gpus[c.GPU].UUID)
+	_, resp, err := RecordContainer(hook, c, gpus[c.GPU].UUID)
+	if err != nil {
+		return nil, err
+	}
+	return SchedMounts(resp)
 }
 
-// RecordContainer writes what the device plugin writes at Allocate for a container with the
-// compute scheduler on the node: <containers>/<key>.limits (its compute limit, policy and
-// priority; its usage cache at /usr/local/vgpu, the container's directory <containers>/<key>,
-// made here) and its grant file <grants>/<key>.grant naming the GPU gpuUUID. A real GPU's
-// processes run with them too (scripts/gpu-check.sh, `limitbed bench pod`).
-func RecordContainer(containers, grants, key string, c Container, gpuUUID string) error {
-	vars := map[string]string{
-		libvars.SMLimit: strconv.Itoa(c.Limit), libvars.CorePolicy: c.Policy,
-		libvars.TaskPriority: strconv.Itoa(c.Priority), libvars.SharedCache: "/usr/local/vgpu/usage.cache",
-	}
-	data, err := limitsfile.Render(vars)
+// benchContainer is the name of a bench pod's one container: its key is <name>_main.
+const benchContainer = "main"
+
+// ContainerKey is the key the device plugin gives c's container (paths.ContainerKey): the pod's
+// UID is the container's name.
+func ContainerKey(c Container) (string, error) { return paths.ContainerKey(c.Name, benchContainer) }
+
+// RecordContainer has the device plugin's own Allocate (plugin/allocate, with the compute
+// scheduler on the node) write what it writes for the container on a node whose hook path is
+// hook: the container's directory <hook>/vgpu/containers/<key>, made afresh, its limits file
+// beside it (its compute limit as the placement gives it, its policy and priority as its pod spec
+// sets them) and its grant file naming the GPU gpuUUID; so the bench runs what ships. It returns
+// the container's key and Allocate's answer (the mounts). A real GPU's processes run with them
+// too (scripts/gpu-check.sh, `limitbed bench pod`).
+func RecordContainer(hook string, c Container, gpuUUID string) (string, *pluginapi.ContainerAllocateResponse, error) {
+	key, err := ContainerKey(c)
 	if err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
+		return "", nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
-	if err := os.MkdirAll(filepath.Join(containers, key), 0o755); err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
+	// The node's containers directory, as the chart's install step makes it (images/plugin/install.sh).
+	if err := os.MkdirAll(paths.ContainersDir(hook), 0o755); err != nil {
+		return "", nil, err
 	}
-	pub := limitsfile.Publisher{}
-	if err := pub.Publish(filepath.Join(containers, key+limitsfile.Suffix), data); err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
-	}
-	u, err := schedproto.ParseUUID(gpuUUID)
+	a, err := allocate.New(allocate.Options{HookPath: hook, ComputeScheduler: true})
 	if err != nil {
-		return fmt.Errorf("container %s: %w", c.Name, err)
+		return "", nil, err
 	}
-	g, err := schedproto.GrantSpec{GPUs: []schedproto.UUID{u}}.Bytes()
+	var spec []corev1.EnvVar
+	if c.Policy != "" {
+		spec = append(spec, corev1.EnvVar{Name: libvars.CorePolicy, Value: c.Policy})
+	}
+	spec = append(spec, corev1.EnvVar{Name: libvars.TaskPriority, Value: strconv.Itoa(c.Priority)})
+	resp, err := a.Allocate(allocate.Request{
+		Pod:       &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: c.Name, UID: types.UID(c.Name)}},
+		Container: &corev1.Container{Name: benchContainer, Env: spec},
+		// No memory limit (0: none): the bench is of the compute limit.
+		Devices:  annotations.ContainerDevices{{UUID: gpuUUID, Type: "NVIDIA", UsedCores: int32(c.Limit)}},
+		Delivery: v1.LimitDeliveryFile,
+	})
 	if err != nil {
-		return err
+		return "", nil, fmt.Errorf("container %s: %w", c.Name, err)
 	}
-	if err := os.MkdirAll(grants, 0o755); err != nil {
-		return err
+	return key, resp, nil
+}
+
+// schedMounts are the container paths of Allocate's mounts a bench process gets: its directory
+// (the usage region, the report) and its grant file. The library comes preloaded from the build
+// and the limits from the environment, as the bench's other runs have them.
+var schedMounts = []string{paths.ContainerVGPUDir, schedproto.ContainerGrantPath}
+
+// SchedMounts returns privatens's arguments for the mounts of resp a bench process gets
+// (--mount or --mount-ro CONTAINER=HOST), or an error naming the one missing.
+func SchedMounts(resp *pluginapi.ContainerAllocateResponse) ([]string, error) {
+	var args []string
+	for _, want := range schedMounts {
+		i := slices.IndexFunc(resp.Mounts, func(m *pluginapi.Mount) bool { return m.ContainerPath == want })
+		if i < 0 {
+			return nil, fmt.Errorf("allocate response without the mount of %s", want)
+		}
+		flag := "--mount"
+		if resp.Mounts[i].ReadOnly {
+			flag = "--mount-ro"
+		}
+		args = append(args, flag, want+"="+resp.Mounts[i].HostPath)
 	}
-	return pub.Publish(filepath.Join(grants, key+timeslice.GrantSuffix), g)
+	return args, nil
+}
+
+// MountHost returns the host path of resp's mount at the container path cpath, "" if none.
+func MountHost(resp *pluginapi.ContainerAllocateResponse, cpath string) string {
+	for _, m := range resp.Mounts {
+		if m.ContainerPath == cpath {
+			return m.HostPath
+		}
+	}
+	return ""
 }
 
 // nodeEnv is what of a container's environment describes its node's fakegpu: its libraries and
@@ -146,25 +203,16 @@ func nodeEnv(env []string) []string {
 	return out
 }
 
-func (s *Scheduled) start(containers, grants string, gpuEnv []string) {
+func (s *Scheduled) start(hook string, gpuEnv []string) {
 	cfg := s.Config
 	if cfg.Period == 0 {
 		cfg = timeslice.DefaultConfig()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sn := &schedNode{grants: grants, gpuEnv: gpuEnv, cancel: cancel, done: make(chan error, 1)}
+	containers := paths.ContainersDir(hook)
+	sn := &schedNode{hook: hook, gpuEnv: gpuEnv, cancel: cancel, done: make(chan error, 1)}
 	s.nodes[containers] = sn
 	if s.Binary != "" {
-		// The binary finds <hook-path>/vgpu/{containers,sched}: the run's directory, by a link.
-		hook, err := os.MkdirTemp("", "limitbed-sched-hook-")
-		if err == nil {
-			err = os.Symlink(filepath.Dir(containers), filepath.Join(hook, "vgpu"))
-		}
-		if err != nil {
-			sn.done <- fmt.Errorf("scheduler hook path: %w", err)
-			return
-		}
-		sn.hook = hook
 		sn.cmd = exec.Command(s.Binary, "--hook-path="+hook, "--metrics-address=", "--period="+cfg.Period.String(),
 			"--drain-wait="+cfg.DrainWait.String())
 		sn.cmd.Env, sn.cmd.Stderr = append(os.Environ(), gpuEnv...), os.Stderr
@@ -181,13 +229,12 @@ func (s *Scheduled) start(containers, grants string, gpuEnv []string) {
 				s.cpu += ps.UserTime() + ps.SystemTime()
 			}
 			s.mu.Unlock()
-			_ = os.RemoveAll(hook)
 			sn.done <- err
 		}()
 		return
 	}
-	sn.n = &timeslice.Node{GrantDir: grants, ContainersDir: containers, Source: timeslice.LimitsFiles{Dir: containers},
-		Config: cfg, Logger: s.Logger}
+	sn.n = &timeslice.Node{GrantDir: schedproto.GrantDir(hook), ContainersDir: containers,
+		Source: timeslice.LimitsFiles{Dir: containers}, Config: cfg, Logger: s.Logger}
 	go func() { sn.done <- sn.n.Run(ctx) }()
 }
 
@@ -218,14 +265,14 @@ func (s *Scheduled) Restart(pause func()) {
 	nodes := s.nodes
 	s.nodes = map[string]*schedNode{}
 	s.mu.Unlock()
-	for dir, sn := range nodes {
+	for _, sn := range nodes {
 		sn.cancel()
 		<-sn.done
 		if pause != nil {
 			pause()
 		}
 		s.mu.Lock()
-		s.start(dir, sn.grants, sn.gpuEnv)
+		s.start(sn.hook, sn.gpuEnv)
 		s.mu.Unlock()
 	}
 }

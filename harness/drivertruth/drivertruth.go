@@ -32,6 +32,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Options configure a run.
@@ -165,7 +166,7 @@ func newCtr(dir, name, uuid string, limitMiB uint64) (*ctr, error) {
 	c := &identity.Container{Key: key, Pod: identity.Pod{Namespace: "drivertruth", Name: name, UID: key.PodUID}, ID: id,
 		GPUs: []identity.GPU{{UUID: uuid}}, GPUSource: identity.SourceKubelet, Ordered: true,
 		Limits: identity.Limits{Source: identity.SourceFile, Memory: []uint64{limitMiB * mib}, SM: 100, Priority: 1}}
-	return &ctr{c: c, cgroup: cg, cache: filepath.Join(cache, monitor.UsageCacheName)}, nil
+	return &ctr{c: c, cgroup: cg, cache: filepath.Join(cache, paths.UsageCacheName)}, nil
 }
 
 // start runs cudaprobe holding mib in container c and waits for its report.

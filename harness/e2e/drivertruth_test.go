@@ -16,10 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/limitbed/limitbed/harness/hold"
 	"github.com/limitbed/limitbed/harness/kindcluster"
-	"github.com/limitbed/limitbed/harness/launch"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/doctor"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // The monitor's driver-truth period in this cluster (the chart's monitor.accountingInterval) and its
@@ -45,14 +46,14 @@ func TestKindDriverTruth(t *testing.T) {
 	tenant := gpuPodNamed(t, e, fileWorker, e.gpuUUID, podName(t)+"-tenant", 3000, nil)
 	neighbour := gpuPodNamed(t, e, fileWorker, e.gpuUUID, podName(t)+"-neighbour", 2000, nil)
 	tenantUID, neighbourUID := podUID(t, e, tenant), podUID(t, e, neighbour)
-	honest := hold(t, tenant, "honest", 1000, "symbols")
-	other := hold(t, neighbour, "neighbour", 1000, "symbols")
+	honest := startHold(t, tenant, "honest", 1000, "symbols")
+	other := startHold(t, neighbour, "neighbour", 1000, "symbols")
 	waitJudged(t, e, node, tenantUID, false)
 	waitJudged(t, e, node, neighbourUID, false)
 	const preload = "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 
 	t.Run("report", func(t *testing.T) {
-		b := hold(t, tenant, "report-preload", 4096, "symbols", preload)
+		b := startHold(t, tenant, "report-preload", 4096, "symbols", preload)
 		granted := grantedAt(t, b)
 		seen := waitJudged(t, e, node, tenantUID, true)
 		if took := seen.Sub(granted); took > 2*accountingPeriod {
@@ -104,7 +105,7 @@ func TestKindDriverTruth(t *testing.T) {
 					t.Fatalf("%s: exit %d, %v", c.before, res.ExitCode, err)
 				}
 			}
-			b := hold(t, tenant, c.name, c.mib, c.api, c.env...)
+			b := startHold(t, tenant, c.name, c.mib, c.api, c.env...)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			rc, err := b.Ended(ctx)
@@ -117,7 +118,7 @@ func TestKindDriverTruth(t *testing.T) {
 			} else {
 				t.Logf("killed %v after its allocation", took.Round(time.Millisecond))
 			}
-			for _, h := range []*launch.Holder{honest, other} {
+			for _, h := range []*hold.Holder{honest, other} {
 				if running, err := h.Running(t.Context()); err != nil || !running {
 					t.Fatalf("%s was killed (running %v, %v)", h.Name, running, err)
 				}
@@ -147,16 +148,24 @@ func TestKindDriverTruth(t *testing.T) {
 	waitJudged(t, e, node, neighbourUID, false)
 }
 
-// hold starts a holder in c and fails the test unless its allocation was granted.
-func hold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api string, env ...string) *launch.Holder {
+// startHold starts a holder in c and fails the test unless its allocation was granted.
+func startHold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api string, env ...string) *hold.Holder {
 	t.Helper()
+	return holdSpec(t, c, hold.Spec{Name: name, MiB: mib, API: api, Env: env})
+}
+
+// holdSpec is startHold of a whole spec (its cudaprobe is the node's).
+func holdSpec(t *testing.T, c *kindcluster.PodContainer, spec hold.Spec) *hold.Holder {
+	t.Helper()
+	name, mib := spec.Name, spec.MiB
+	spec.Cudaprobe = cudaprobe
 	m, err := launch.Lookup("exec")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Second)
 	defer cancel()
-	h, err := launch.Hold(ctx, c, m, launch.HoldSpec{Name: name, Cudaprobe: cudaprobe, MiB: mib, API: api, Env: env})
+	h, err := hold.Start(ctx, c, m, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +180,9 @@ func hold(t *testing.T, c *kindcluster.PodContainer, name string, mib int, api s
 	return h
 }
 
-func grantedAt(t *testing.T, h *launch.Holder) time.Time { return stamp(t, h.GrantedAt) }
+func grantedAt(t *testing.T, h *hold.Holder) time.Time { return stamp(t, h.GrantedAt) }
 
-func endedAt(t *testing.T, h *launch.Holder) time.Time { return stamp(t, h.EndedAt) }
+func endedAt(t *testing.T, h *hold.Holder) time.Time { return stamp(t, h.EndedAt) }
 
 func stamp(t *testing.T, f func(context.Context) (time.Time, error)) time.Time {
 	t.Helper()

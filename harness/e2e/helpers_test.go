@@ -19,11 +19,11 @@ import (
 
 	"github.com/limitbed/limitbed/fakegpu/profile"
 	"github.com/limitbed/limitbed/harness/kindcluster"
-	"github.com/limitbed/limitbed/harness/launch"
-	"github.com/limitbed/limitbed/harness/nvsmi"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/launch"
+	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
 const (

@@ -227,7 +227,9 @@ func chartValues(global string, envOverride bool) map[string]any {
 		"admissionPolicy": map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{
 			map[string]any{"key": placementPolicyLabel, "operator": "NotIn", "values": []any{"off"}}}}},
 		"nodeConfig": nodeConfig,
-		"fakeDriver": map[string]any{"enabled": true, "profile": fakeProfile,
+		// The monitor's fakegpu list keeps an ended process 4 s, as a real driver's record outlives
+		// its process (TestKindKillPath's PID reuse needs a record that does).
+		"fakeDriver": map[string]any{"enabled": true, "profile": fakeProfile, "nvmlStaleMs": 4000,
 			"nodeProfiles": []any{map[string]any{"name": migNode, "profile": migProfile}}},
 	}
 }

@@ -3,7 +3,7 @@
 // scripts/node-image.sh otherwise; it never builds one — make e2e does, first), creates a cluster
 // with the kind Go library, loads locally built images into the nodes, installs the limitbed chart
 // with the Helm Go SDK, plays the HAMi scheduler's part for GPU pods (Bind), and runs commands in
-// pods through the API server's exec (a sandbox.Container, so harness/launch's methods work on pods).
+// pods through the API server's exec (a sandbox.Container, so plugin/launch's methods work on pods).
 //
 // Everything takes an *slog.Logger; errors are returned wrapped with what was being done.
 package kindcluster

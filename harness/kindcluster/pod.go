@@ -10,12 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/limitbed/limitbed/harness/podexec"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/podexec"
 )
 
 // PodContainer is one container of a running pod, driven through the API server's exec and logs,
-// as kubectl exec and kubectl logs do. It implements sandbox.Container, so harness/launch's
+// as kubectl exec and kubectl logs do. It implements sandbox.Container, so plugin/launch's
 // methods (exec, bash -c, su -, sudo, ssh, cron, …) run in pods unchanged.
 type PodContainer struct {
 	c                          *Cluster

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // Versions of the plugin and of the core, and delivery modes, in table order.

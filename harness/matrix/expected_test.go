@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 func testdata(t *testing.T, name string) string {

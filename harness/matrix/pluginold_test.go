@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox/sandboxtest"
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/internal/tier"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // TestPluginOldBinary runs a reduced matrix (the v2.10 plugin with the current core in file mode;

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // Uncovered checks, before anything starts, that backend b can run every cell of the given launch

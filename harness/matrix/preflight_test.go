@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 type featureBackend struct {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
-	"github.com/limitbed/limitbed/harness/nvsmi"
+	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
 // Limits of every matrix pod.
@@ -23,7 +23,7 @@ type Observation struct {
 	GrantedMiB int    `json:"granted_mib"` // what it got
 	Error      string `json:"error,omitempty"`
 	TotalMiB   int    `json:"total_mib"` // gpuinfo's memory total
-	// SMITotalMiB is the real nvidia-smi's memory total (harness/nvsmi); SMIMissing: the workload
+	// SMITotalMiB is the real nvidia-smi's memory total (plugin/nvsmi); SMIMissing: the workload
 	// image has no nvidia-smi, so that check was not made; SMIErr: what it printed instead.
 	SMITotalMiB int    `json:"nvidia_smi_total_mib"`
 	SMIMissing  bool   `json:"nvidia_smi_missing,omitempty"`

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // Runner runs the matrix.

@@ -1,6 +1,7 @@
 package memjudge
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,8 +12,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/limitbed/limitbed/fakegpu/profile"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Paths are the built artefacts the judge runs (internal/cbuild gives them to tests).
@@ -36,34 +39,21 @@ type pod struct {
 	ln       *net.UnixListener
 }
 
-// The fake host: two GPUs of different speed, so that the default CUDA_DEVICE_ORDER
-// (FASTEST_FIRST) already makes CUDA ordinal 0 the second GPU, as on a mixed node.
-const profileText = `# memjudge: two GPUs, the second one faster
-driver_version = 550.90.07
-cuda_version = 12040
-context_mib = %d
-launch_ns = 10000
-
-device = 0
-name = NVIDIA A16-16Q
-uuid = GPU-3c5a7e21-8f4b-4d2a-9b61-%s0
-memory_mib = 16384
-pci_bus_id = 00000000:00:05.0
-pci_device_id = 0x25B610DE
-architecture = ampere
-compute_capability = 8.6
-sm_count = 10
-
-device = 1
-name = NVIDIA A16-16Q
-uuid = GPU-3c5a7e21-8f4b-4d2a-9b61-%s1
-memory_mib = 16384
-pci_bus_id = 00000000:00:06.0
-pci_device_id = 0x25B610DE
-architecture = ampere
-compute_capability = 8.6
-sm_count = 20
-`
+// fakeHost is the fake host: two GPUs of different speed, so that the default CUDA_DEVICE_ORDER
+// (FASTEST_FIRST) already makes CUDA ordinal 0 the second GPU, as on a mixed node. id makes its
+// UUIDs, which name its state file, the run's own.
+func fakeHost(id string) *profile.Profile {
+	p := profile.New()
+	p.DriverVersion, p.CUDAVersion, p.ContextMiB, p.LaunchNS = "550.90.07", 12040, ContextMiB, 10000
+	for i, sms := range []uint32{10, 20} {
+		d := profile.NewDevice()
+		d.Name, d.UUID, d.MemoryMiB = "NVIDIA A16-16Q", fmt.Sprintf("GPU-3c5a7e21-8f4b-4d2a-9b61-%s%d", id, i), 16384
+		d.PCIBusID, d.PCIDeviceID = fmt.Sprintf("00000000:00:%02X.0", 5+i), 0x25B610DE
+		d.Architecture, d.CCMajor, d.CCMinor, d.SMCount = "ampere", 8, 6, sms
+		p.Devices = append(p.Devices, d)
+	}
+	return p
+}
 
 func newPod(cfg Config, dir string) (*pod, error) {
 	p := &pod{cfg: cfg, dir: filepath.Join(dir, "pod")}
@@ -78,10 +68,14 @@ func newPod(cfg Config, dir string) (*pod, error) {
 	}
 	id := hex.EncodeToString(r[:])[:11]
 	p.profile = filepath.Join(dir, "profile")
-	if err := os.WriteFile(p.profile, []byte(fmt.Sprintf(profileText, ContextMiB, id, id)), 0o644); err != nil {
+	var prof bytes.Buffer
+	if err := profile.Write(&prof, fakeHost(id)); err != nil {
 		return nil, fmt.Errorf("profile: %w", err)
 	}
-	p.cache = filepath.Join(p.dir, "usage.cache")
+	if err := os.WriteFile(p.profile, prof.Bytes(), 0o644); err != nil {
+		return nil, fmt.Errorf("profile: %w", err)
+	}
+	p.cache = filepath.Join(p.dir, paths.UsageCacheName)
 	p.limits = filepath.Join(dir, "limits")
 	vars := map[string]string{libvars.SharedCache: p.cache, libvars.SMLimit: "100", libvars.LogLevel: "1"}
 	for i, l := range cfg.Limits {

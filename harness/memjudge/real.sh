@@ -23,6 +23,10 @@
 #                     (modules, graphs, more streams) and rounds allocations up
 #   JUDGE_ENV         VAR=VALUE words every process gets besides (a test's fake host)
 #   JUDGE_NS_ARGS     more privatens arguments for login (a test's fake host files)
+#   JUDGE_RECORD      a command given each check as --check NAME --verdict pass|fail|skip --got
+#                     DETAIL (the GPU tier's: limitbed gpu record --run RUN --section judge)
+#   JUDGE_SERIES      a GPU-tier series file (docs/gpu-report.md) to append, at each never-over
+#                     check, every live process's MiB by the truth and the pod's total
 #
 # Properties, after every step, on every GPU: (1) never over: the pod's processes hold no more
 # than the limit + JUDGE_SLACK_MIB each, beyond what they held after cuInit; (2) never falsely
@@ -38,6 +42,8 @@ truth_cmd=${JUDGE_TRUTH:-nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memor
 limit0=${JUDGE_LIMIT_MIB:-3000} limit1=${JUDGE_LIMIT1_MIB:-1000} slack=${JUDGE_SLACK_MIB:-64}
 read -r -a extra_env <<<"${JUDGE_ENV:-}"
 read -r -a ns_args <<<"${JUDGE_NS_ARGS:-}"
+read -r -a record <<<"${JUDGE_RECORD:-}"
+checkpoint=0
 MIB=1048576
 work=$(mktemp -d /tmp/memjudge-real.XXXXXX)
 pod=$work/pod
@@ -84,7 +90,7 @@ start() {
 	OUT[$name]=$fd
 	names+=("$name")
 	if ! read -r -t 60 -u "${OUT[$name]}" hello || [ "${hello%% *}" != hello ]; then
-		echo "FAIL judge $mode: $name did not start: $(tr '\n' ' ' <"$work/$name.err" | cut -c1-300)"
+		report 0 "$name started" "$(tr '\n' ' ' <"$work/$name.err" | cut -c1-300)"
 		exit 1
 	fi
 	PID[$name]=${hello#hello }
@@ -102,7 +108,7 @@ say() {
 
 # held UUID: $held, the MiB the pod's live processes hold on the GPU beyond their baselines, and
 # $holdings, who holds what.
-declare -A BASE
+declare -A BASE HELD
 held() {
 	local uuid=$1 n m t
 	t=$($truth_cmd 2>/dev/null)
@@ -110,6 +116,7 @@ held() {
 	for n in "${names[@]}"; do
 		[ -n "${PID[$n]:-}" ] || continue
 		m=$(awk -F', *' -v p="${PID[$n]}" -v u="$uuid" '$1 == p && $2 == u {s += $3} END {print s + 0}' <<<"$t")
+		HELD[$n]=$m
 		held=$((held + m - ${BASE[$n,$uuid]:-0}))
 		holdings+=" $n ${m} MiB (${BASE[$n,$uuid]:-0} at start);"
 	done
@@ -127,12 +134,27 @@ live() { local n c=0; for n in "${names[@]}"; do [ -n "${PID[$n]:-}" ] && c=$((c
 report() { # OK NAME DETAIL
 	[ "$1" = 1 ] || fail=1
 	printf '%-4s %-46s %s\n' "$([ "$1" = 1 ] && echo PASS || echo FAIL)" "judge $mode $2" "$3"
+	[ ${#record[@]} -eq 0 ] || "${record[@]}" --check "$mode $2" --verdict "$([ "$1" = 1 ] && echo pass || echo fail)" \
+		--got "$3" >/dev/null || fail=1
+}
+
+# plot CLASS: every live process's MiB by the truth, and the pod's total beyond the baselines,
+# as a point of JUDGE_SERIES (after held).
+plot() {
+	local n
+	[ -n "${JUDGE_SERIES:-}" ] || return 0
+	checkpoint=$((checkpoint + 1))
+	for n in "${names[@]}"; do
+		[ -n "${PID[$n]:-}" ] && echo "$checkpoint,$mode $n,${HELD[$n]:-0}" >>"$JUDGE_SERIES"
+	done
+	echo "$checkpoint,$mode pod total beyond contexts,$held" >>"$JUDGE_SERIES"
 }
 
 # never_over CLASS UUID LIMIT: property (1) on one GPU.
 never_over() {
 	local h allow
 	held "$2"
+	plot "$1"
 	h=$held
 	allow=$(($3 + slack * $(live)))
 	if [ "$h" -le "$allow" ]; then
@@ -284,6 +306,7 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 	never_over $class "$gpu0" "$limit0"
 else
 	echo "SKIP judge $mode $class: needs 2 GPUs"
+	[ ${#record[@]} -eq 0 ] || "${record[@]}" --check "$mode $class" --verdict skip --note "needs 2 GPUs (CUDA_VISIBLE_DEVICES=1,0)" >/dev/null
 fi
 for n in "${names[@]}"; do [ -n "${PID[$n]}" ] && echo exit >&"${IN[$n]}"; done
 exit $fail

@@ -16,10 +16,6 @@ import (
 	"time"
 )
 
-// TenantUser is the non-root user the login-session launch methods switch to. The workload image has
-// it (uid 1000, passwordless sudo); the host backend adds it to its overlay when the host lacks it.
-const TenantUser = "tenant"
-
 // containerPATH is the PATH a container runtime gives a process when the image sets none.
 const containerPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

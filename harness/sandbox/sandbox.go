@@ -15,9 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"slices"
+
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 )
 
 // ContainerSpec describes one container as the runtime sees it after Allocate.
@@ -44,12 +45,20 @@ type Device struct {
 	Permissions   string // cgroup permissions, "rwm" when empty (the kubelet's default)
 }
 
-// Feature names something a launch method needs from a container beyond exec.
-type Feature string
+// The container's side of the interface is production code, shared with the doctor
+// (plugin/ctrexec); these names are the harness's for it.
+type (
+	Feature     = ctrexec.Feature
+	Container   = ctrexec.Container
+	ExecOptions = ctrexec.ExecOptions
+	ExecResult  = ctrexec.ExecResult
+)
 
 const (
-	FeatureSSH  Feature = "ssh"  // an sshd in the container and an ssh client to reach it
-	FeatureCron Feature = "cron" // a cron daemon in the container
+	FeatureSSH  = ctrexec.FeatureSSH
+	FeatureCron = ctrexec.FeatureCron
+	// TenantUser is the non-root user the login-session launch methods switch to.
+	TenantUser = ctrexec.TenantUser
 )
 
 // Backend starts containers. It is safe for concurrent use.
@@ -66,27 +75,6 @@ type Backend interface {
 	Supports(f Feature) bool
 }
 
-// Container is one running container.
-type Container interface {
-	// Exec runs cmd in the container like `kubectl exec`/`docker exec`: the container's environment
-	// plus opts.Env. A non-zero exit code is reported in ExecResult, not as an error.
-	Exec(ctx context.Context, cmd []string, opts ExecOptions) (ExecResult, error)
-	// ReadFile returns a file's content from inside the container.
-	ReadFile(ctx context.Context, path string) ([]byte, error)
-	// Logs returns the container's output so far (stdout and stderr of its main process).
-	Logs(ctx context.Context) ([]byte, error)
-	// Addr is the container's IP address on the engine's network, "" where there is none.
-	// Launch methods ssh over loopback from inside the container instead: the host may have no
-	// route to the container.
-	Addr() string
-	// Supports reports whether the container offers f.
-	Supports(f Feature) bool
-	// Backend is the name of the backend that started the container.
-	Backend() string
-	// Stop stops and removes the container; safe to call more than once.
-	Stop(ctx context.Context) error
-}
-
 // RuntimeID is c's ID as a container runtime reports it ("docker://<id>"), what the kubelet
 // writes into a pod's status and a node agent maps a process's cgroup to; "" for a backend whose
 // containers have none (the host backend's namespaces).
@@ -97,25 +85,11 @@ func RuntimeID(c Container) string {
 	return ""
 }
 
-// ExecOptions adjusts one Exec.
-type ExecOptions struct {
-	User  string            // user name or uid[:gid]; empty: the container's user (root)
-	Env   map[string]string // added to the container's environment, like `kubectl exec -- env K=V`
-	Stdin io.Reader         // nil: empty stdin
-}
-
-// ExecResult is what one Exec produced.
-type ExecResult struct {
-	Stdout   []byte
-	Stderr   []byte
-	ExitCode int
-}
-
 var (
 	// ErrUnavailable wraps why a backend cannot run here.
 	ErrUnavailable = errors.New("backend unavailable")
 	// ErrUnsupported wraps why a backend cannot do something asked of it.
-	ErrUnsupported = errors.New("unsupported")
+	ErrUnsupported = ctrexec.ErrUnsupported
 )
 
 // unavailableError reads "<backend>: <reason>" and matches ErrUnavailable.

@@ -20,7 +20,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
-const monitorUsage = "monitor sweep | monitor scrape | monitor start [--enforcement=report|kill] [--period=DURATION] [--allowance=MEM] | " +
+const monitorUsage = "monitor sweep | monitor scrape | monitor start [--enforcement=report|kill] [--period=DURATION] [--allowance=MEM] [--env=K=V]... | " +
 	"monitor stop | monitor driver | monitor over POD [--holder=NAME] [--within=PERIODS] | ! monitor over POD | monitor events POD"
 
 var (
@@ -62,13 +62,15 @@ func cmdMonitorAgent(ts *testscript.TestScript, neg bool, args []string) {
 		enf := fs.String("enforcement", "report", "")
 		period := fs.Duration("period", time.Second, "")
 		allowance := fs.String("allowance", "", "")
+		var envs multiFlag
+		fs.Var(&envs, "env", "")
 		parseFlags(ts, monitorUsage, fs, args[1:], 0)
 		if neg || !v1.Enforcement(*enf).Valid() || st.monitor != nil {
 			ts.Fatalf("monitor start: enforcement %q, running %v\nusage: %s", *enf, st.monitor != nil, monitorUsage)
 		}
 		bin, err := monitorBinary(st.root)
 		ts.Check(err)
-		m, err := st.node.StartMonitor(ctx, node.MonitorConfig{Binary: bin, Enforcement: v1.Enforcement(*enf), Period: *period, ContextAllowance: *allowance})
+		m, err := st.node.StartMonitor(ctx, node.MonitorConfig{Binary: bin, Enforcement: v1.Enforcement(*enf), Period: *period, ContextAllowance: *allowance, Env: envs})
 		ts.Check(err)
 		st.monitor = m
 	case "stop":
@@ -111,7 +113,7 @@ func (st *state) agent(ts *testscript.TestScript) *node.Monitor {
 // driverMetric matches a sample of the monitor's driver-truth metrics, by their names.
 var driverMetric = regexp.MustCompile(`^(` + strings.Join([]string{metricname.DriverMemory, metricname.DriverMemoryBound,
 	metricname.DriverMemoryOverLimit, metricname.DriverProcesses, metricname.DriverProcessMemory,
-	metricname.DriverUnattributed, metricname.DriverKills}, "|") + `)\{(.*)\} (\S+)$`)
+	metricname.DriverUnattributed, metricname.DriverKills, metricname.DriverPIDChanged}, "|") + `)\{(.*)\} (\S+)$`)
 var labelRE = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
 
 // driverLines renders the monitor's driver-truth metrics: "POD METRIC LABEL=VALUE... VALUE",

@@ -11,9 +11,9 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/limitbed/limitbed/harness/launch"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 const containerUsage = "container start NAME | container stop NAME"

@@ -11,22 +11,25 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/limitbed/limitbed/harness/launch"
+	"github.com/limitbed/limitbed/harness/hold"
 	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
-// holder is a launch.Holder of a script's container.
+// holder is a hold.Holder of a script's container.
 type holder struct {
-	*launch.Holder
+	*hold.Holder
 	container string
 }
 
-const holdUsage = "hold METHOD CONTAINER MIB [--as=NAME] [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--env=K=V]..."
+const holdUsage = "hold METHOD CONTAINER MIB [--as=NAME] [--api=symbols|dlsym|procaddress|dlvsym|dlmopen] [--env=K=V]... [--probe-arg=--FLAG]..."
 
 // cmdHold starts `cudaprobe --mib MIB --hold-until-signal` through METHOD in CONTAINER and returns
 // once it reported its allocation granted; release ends it. A holder is named by --as (default:
 // the container's name); a container may have several. --api picks how cudaprobe reaches the
-// driver (the bypasses of docs/attacks.md among them); each --env is set in its own environment.
+// driver (the bypasses of docs/attacks.md among them); each --env is set in its own environment;
+// each --probe-arg is one more cudaprobe flag (--leader-exits). The holder's pod and PID are kept
+// for reusepid.
 func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
 		ts.Fatalf("usage: %s", holdUsage)
@@ -43,8 +46,9 @@ func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("hold", flag.ContinueOnError)
 	as := fs.String("as", args[1], "")
 	api := fs.String("api", "symbols", "")
-	var envs multiFlag
+	var envs, probeArgs multiFlag
 	fs.Var(&envs, "env", "")
+	fs.Var(&probeArgs, "probe-arg", "")
 	parseFlags(ts, holdUsage, fs, args[3:], 0)
 	c := st.ctr(ts, args[1])
 	if st.holders[*as] != nil {
@@ -52,7 +56,7 @@ func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	h, err := launch.Hold(ctx, c, m, launch.HoldSpec{Name: *as, Cudaprobe: node.ToolDir + "/cudaprobe", MiB: mib, API: *api, Env: envs})
+	h, err := hold.Start(ctx, c, m, hold.Spec{Name: *as, Cudaprobe: node.ToolDir + "/cudaprobe", MiB: mib, API: *api, Env: envs, Args: probeArgs})
 	ts.Check(err)
 	st.holders[*as] = &holder{Holder: h, container: args[1]}
 	fmt.Fprintf(ts.Stdout(), "%s\n", h.Report)
@@ -61,6 +65,7 @@ func cmdHold(ts *testscript.TestScript, neg bool, args []string) {
 	if p.Error != nil || p.GrantedMiB != p.RequestedMiB {
 		ts.Fatalf("hold via %s: the holder's %d MiB were not granted (%s)", args[0], p.RequestedMiB, deref(p.Error))
 	}
+	st.killable[*as] = killable{pod: args[1], nspid: p.PID}
 }
 
 // cmdRelease ends the holder NAME.

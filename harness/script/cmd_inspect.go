@@ -15,8 +15,9 @@ import (
 
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/harness/sandbox"
-	"github.com/limitbed/limitbed/plugin/allocate"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // cmdRegion prints the pod's usage.cache as regiondump sees it on the host (the limits, and one
@@ -83,7 +84,7 @@ func cmdLimitsfile(ts *testscript.TestScript, neg bool, args []string) {
 	c := getState(ts).ctr(ts, args[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := c.Exec(ctx, []string{"cat", "/overrideEnv"}, sandbox.ExecOptions{})
+	res, err := c.Exec(ctx, []string{"cat", limitsfile.ContainerMountPath}, sandbox.ExecOptions{})
 	ts.Check(err)
 	switch {
 	case res.ExitCode != 0 && !neg:
@@ -114,7 +115,7 @@ func cmdMonitor(ts *testscript.TestScript, neg bool, args []string) {
 		monitorScrape(ts, st)
 		return
 	}
-	dir := allocate.ContainersDir(st.node.HookPath)
+	dir := paths.ContainersDir(st.node.HookPath)
 	// No grace: one sweep removes what it finds dead (the grace is measured between sweeps).
 	s := &monitor.Sweeper{Dir: dir, API: &monitor.APIPods{Kube: st.node.Kube(), NodeName: node.Name},
 		Logger: logr.FromSlogHandler(st.logger.Handler())}

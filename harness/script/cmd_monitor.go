@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // monitorScrape runs one metrics scrape of the vGPU monitor (plugin/monitor's Collector) over the
@@ -18,7 +18,7 @@ import (
 // "POD METRIC LABEL=VALUE... VALUE", POD being the pod's name in this script (its UID if unknown),
 // without the hami_container_ prefix and the pod_uid/container labels.
 func monitorScrape(ts *testscript.TestScript, st *state) {
-	c := &monitor.Collector{Dir: allocate.ContainersDir(st.node.HookPath), Usage: monitor.RegionFiles{},
+	c := &monitor.Collector{Dir: paths.ContainersDir(st.node.HookPath), Usage: monitor.RegionFiles{},
 		Logger: logr.FromSlogHandler(st.logger.Handler())}
 	reg := prometheus.NewRegistry()
 	ts.Check(reg.Register(c))

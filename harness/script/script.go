@@ -35,8 +35,10 @@ type state struct {
 	pods      map[string]*node.Pod
 	ctrs      map[string]sandbox.Container
 	lastProbe *probeResult
-	holders   map[string]*holder // by holder name
-	monitor   *node.Monitor      // the vgpu-monitor binary (monitor start)
+	holders   map[string]*holder  // by holder name
+	killable  map[string]killable // each holder's pod and PID, kept after it ended (reusepid)
+	takers    map[string]*taker   // processes started by reusepid, by name
+	monitor   *node.Monitor       // the vgpu-monitor binary (monitor start)
 	// monitorPeriod is its accounting period.
 	monitorPeriod time.Duration
 
@@ -68,7 +70,8 @@ func Params(cfg Config) testscript.Params {
 				return fmt.Errorf("script node dir: %w", err)
 			}
 			st := &state{dir: dir, artifacts: cfg.Artifacts, root: cfg.Root, logger: cfg.Logger,
-				pods: map[string]*node.Pod{}, ctrs: map[string]sandbox.Container{}, holders: map[string]*holder{}}
+				pods: map[string]*node.Pod{}, ctrs: map[string]sandbox.Container{}, holders: map[string]*holder{},
+				killable: map[string]killable{}, takers: map[string]*taker{}}
 			env.Values[stateKey{}] = st
 			env.Setenv("TOOLS", node.ToolDir)
 			env.Defer(st.close)
@@ -85,6 +88,8 @@ func Params(cfg Config) testscript.Params {
 			"hold":       cmdHold,
 			"release":    cmdRelease,
 			"held":       cmdHeld,
+			"reusepid":   cmdReusePID,
+			"alive":      cmdAlive,
 			"region":     cmdRegion,
 			"hostfile":   cmdHostfile,
 			"limitsfile": cmdLimitsfile,
@@ -100,6 +105,9 @@ func (st *state) close() {
 	ctx := context.Background()
 	for _, h := range st.holders {
 		h.Stop(ctx)
+	}
+	for _, tk := range st.takers {
+		tk.stop()
 	}
 	if st.monitor != nil {
 		st.monitor.Stop()

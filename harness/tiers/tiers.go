@@ -82,17 +82,17 @@ func Kind(ctx context.Context, logger *slog.Logger, root string) Result {
 	return Result{Tier: "kind", OK: true, Detail: "node image " + img + " not built yet: make e2e builds it first (make node-image alone)"}
 }
 
-// GPU: an NVIDIA driver answering nvidia-smi (scripts/gpu-check.sh).
+// GPU: an NVIDIA driver answering nvidia-smi (the GPU tier: the bundle's ./gpu-check, docs/gpu-report.md).
 func GPU(ctx context.Context) Result {
 	if _, err := exec.LookPath("nvidia-smi"); err != nil {
-		return fail("gpu", errors.New("no nvidia-smi: no NVIDIA driver on this machine"), "run scripts/gpu-check.sh on a GPU machine")
+		return fail("gpu", errors.New("no nvidia-smi: no NVIDIA driver on this machine"), "run the GPU tier on a GPU machine: make gpu-bundle, then ./gpu-check there (docs/gpu-report.md)")
 	}
 	out, err := exec.CommandContext(ctx, "nvidia-smi", "-L").CombinedOutput()
 	if err != nil {
 		return fail("gpu", fmt.Errorf("nvidia-smi -L: %w: %s", err, bytes.TrimSpace(out)), "check the NVIDIA driver (nvidia-smi)")
 	}
 	n := len(strings.Split(strings.TrimSpace(string(out)), "\n"))
-	return Result{Tier: "gpu", OK: true, Detail: fmt.Sprintf("%d GPU(s): sudo scripts/gpu-check.sh", n)}
+	return Result{Tier: "gpu", OK: true, Detail: fmt.Sprintf("%d GPU(s): sudo scripts/gpu-check.sh (or the bundle's ./gpu-check)", n)}
 }
 
 // CBuild: the C libraries and tools under build/.

@@ -13,12 +13,13 @@ import (
 	"github.com/limitbed/limitbed/internal/cbuild"
 )
 
-// libraryObjects asks each C library's Makefile which objects make up each library (`make objects`),
-// so that an object left in the build directory by an older tree is never read.
+// libraryObjects asks each C library's and C program's Makefile which objects make up each of them
+// (`make objects`), so that an object left in the build directory by an older tree is never read:
+// the libraries (hamicore, fakegpu) and the test bed's C programs (harness/memjudge/memload).
 func libraryObjects(t *testing.T, p cbuild.Paths) map[string][]string {
 	t.Helper()
 	libs := map[string][]string{}
-	for _, dir := range []string{"hamicore", "fakegpu"} {
+	for _, dir := range []string{"hamicore", "fakegpu", "harness/memjudge/memload"} {
 		args := []string{"-s", "-C", filepath.Join(p.Root, dir), "objects", "OUT=" + p.Out}
 		if san := os.Getenv("SAN"); san != "" {
 			args = append(args, "SAN="+san)
@@ -36,16 +37,17 @@ func libraryObjects(t *testing.T, p cbuild.Paths) map[string][]string {
 			libs[lib] = append(libs[lib], obj)
 		}
 	}
-	for _, want := range []string{"libvgpu.so", "libvgpu-hami-v2.10.so", "libcuda.so.1", "libnvidia-ml.so.1"} {
-		if len(libs[want]) < 5 {
-			t.Fatalf("make objects lists %d objects for %s: not the library", len(libs[want]), want)
+	for want, least := range map[string]int{"libvgpu.so": 5, "libvgpu-hami-v2.10.so": 5, "libcuda.so.1": 5, "libnvidia-ml.so.1": 5, "memload": 2} {
+		if len(libs[want]) < least {
+			t.Fatalf("make objects lists %d objects for %s: not the library or program", len(libs[want]), want)
 		}
 	}
 	return libs
 }
 
-// TestLibrariesHaveNoCallLoops holds every C library to a call graph without loops: libvgpu.so
-// (both builds) and fakegpu's libcuda.so.1 and libnvidia-ml.so.1, from the objects make just built.
+// TestLibrariesHaveNoCallLoops holds every C library and C program to a call graph without loops:
+// libvgpu.so (both builds), fakegpu's libcuda.so.1 and libnvidia-ml.so.1, and the memory judge's
+// memload, from the objects make just built.
 func TestLibrariesHaveNoCallLoops(t *testing.T) {
 	p := cbuild.Build(t)
 	for lib, objs := range libraryObjects(t, p) {

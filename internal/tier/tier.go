@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Tier is something a test needs from the machine.
@@ -53,8 +56,47 @@ var Fixtures = Tier{name: "../shared/fixtures", provide: "check out the shared d
 // NvidiaSMI: Debian's real nvidia-smi, extracted by scripts/nvidia-smi.sh (make test's dependencies).
 var NvidiaSMI = Tier{name: "Debian's nvidia-smi", provide: "scripts/nvidia-smi.sh (scripts/install-deps.sh runs it)", ci: true}
 
+// Unsanitized: the C artefacts built without sanitizers (SAN unset). go-nvml loads fakegpu's
+// libnvidia-ml.so.1 into the Go process, where a sanitizer build cannot run; fakegpu's and
+// hamicore's own C tests run the sanitizer builds. A build choice, not something CI lacks.
+var Unsanitized = Tier{name: "a build without sanitizers (SAN unset)", purpose: "go-nvml in the Go process",
+	provide: "run without SAN; the sanitizer builds are make test-san's", probe: func() error {
+		if san := os.Getenv("SAN"); san != "" {
+			return fmt.Errorf("SAN=%s", san)
+		}
+		return nil
+	}}
+
+// ModuleCache: the Go module cache holds a dependency's source (go list -m -f {{.Dir}}), which
+// scripts/install-deps.sh downloads before CI's tests; the caller probes it.
+var ModuleCache = Tier{name: "the Go module cache", provide: "go mod download (scripts/install-deps.sh runs it)", ci: true}
+
+// HostLoginTools: the login machinery the host backend's launch methods use from the host itself
+// (su, sudo, login, script, runuser); the caller probes it. The Docker backend's workload image
+// has all of them, so CI covers every method there and does not install sudo on the host.
+var HostLoginTools = Tier{name: "the host's login tools (su, sudo, login, script, runuser)",
+	provide: "install them on the host (apt-get install sudo util-linux bsdutils); the Docker tier has them all"}
+
+// CleanHost: a host that is not itself a limited node, with no /overrideEnv or /etc/ld.so.preload
+// of its own, so that a test can show a container's copy does not leak onto it. CI's machine is
+// fresh.
+var CleanHost = Tier{name: "a host without its own /overrideEnv and /etc/ld.so.preload",
+	provide: "run on a machine that is not a limited node (one with libvgpu.so installed has them)", ci: true,
+	probe: func() error {
+		for _, p := range []string{limitsfile.ContainerMountPath, paths.ContainerPreloadPath} {
+			if _, err := os.Lstat(p); err == nil {
+				return fmt.Errorf("the host has %s", p)
+			}
+		}
+		return nil
+	}}
+
+// HAMiPlugin: a HAMi nvidia-device-plugin binary to run against the harness (the caller names the
+// variable that points at it). CI has none: an upstream release is not part of the test bed.
+var HAMiPlugin = Tier{name: "HAMi's nvidia-device-plugin binary", provide: "set the variable to its path"}
+
 // GPU: a real NVIDIA GPU and driver. CI has none, so this stays a skip everywhere.
-var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (scripts/gpu-check.sh)", probe: func() error {
+var GPU = Tier{name: "an NVIDIA GPU and driver", provide: "run on a GPU machine (the GPU tier: make gpu-bundle, then ./gpu-check there)", probe: func() error {
 	return exec.Command("nvidia-smi", "-L").Run()
 }}
 

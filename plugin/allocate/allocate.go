@@ -21,6 +21,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Options configure an Allocator.
@@ -128,7 +129,7 @@ func (a *Allocator) allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	if err := checkDevices(req); err != nil {
 		return nil, err
 	}
-	key, err := ContainerKey(string(req.Pod.UID), req.Container.Name)
+	key, err := paths.ContainerKey(string(req.Pod.UID), req.Container.Name)
 	if err != nil {
 		return nil, fmt.Errorf("unsafe container directory name: %w", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 func newAllocator(t testing.TB, mod func(*Options)) (*Allocator, string) {
@@ -35,7 +35,7 @@ func newAllocator(t testing.TB, mod func(*Options)) (*Allocator, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(ContainersDir(hook), 0o755); err != nil {
+	if err := os.MkdirAll(paths.ContainersDir(hook), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return a, hook
@@ -66,7 +66,7 @@ func mountsByPath(r *pluginapi.ContainerAllocateResponse) map[string]*pluginapi.
 
 func readLimits(t *testing.T, hook, key string) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(ContainersDir(hook), key+".limits"))
+	data, err := os.ReadFile(filepath.Join(paths.ContainersDir(hook), key+".limits"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestAllocateFileMode(t *testing.T) {
 	if !maps.Equal(resp.Envs, wantEnv) {
 		t.Fatalf("envs = %v, want %v", resp.Envs, wantEnv)
 	}
-	dir := ContainersDir(hook)
+	dir := paths.ContainersDir(hook)
 	type mnt struct {
 		HostPath string
 		ReadOnly bool
@@ -266,7 +266,7 @@ func TestAllocateVariants(t *testing.T) {
 				}
 			}
 			key := string(tc.req.Pod.UID) + "_" + tc.req.Container.Name
-			limits := filepath.Join(ContainersDir(hook), key+".limits")
+			limits := filepath.Join(paths.ContainersDir(hook), key+".limits")
 			if tc.wantNoFile {
 				if _, err := os.Stat(limits); !errors.Is(err, fs.ErrNotExist) {
 					t.Errorf("limits file exists: %v", err)
@@ -291,7 +291,7 @@ func TestAllocateFileIsCompleteVector(t *testing.T) {
 	if _, err := a.Allocate(mkReq("u1", "c", nil, devA)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(ContainersDir(hook), "u1_c.limits"))
+	got, err := os.ReadFile(filepath.Join(paths.ContainersDir(hook), "u1_c.limits"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestEnvModeRemovesStaleFile(t *testing.T) {
 	if _, err := a.Allocate(req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(paths.ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("stale limits file survived env-mode allocation: %v", err)
 	}
 }
@@ -326,7 +326,7 @@ func TestCacheDirRecreated(t *testing.T) {
 	if _, err := a.Allocate(req); err != nil {
 		t.Fatal(err)
 	}
-	stale := filepath.Join(ContainersDir(hook), "u1_c", "usage.cache")
+	stale := filepath.Join(paths.ContainersDir(hook), "u1_c", "usage.cache")
 	if err := os.WriteFile(stale, []byte("old region"), 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -357,13 +357,13 @@ func TestPathSafety(t *testing.T) {
 			}
 			// Nothing was created anywhere under the hook path but the
 			// containers dir itself.
-			entries, _ := os.ReadDir(ContainersDir(hook))
+			entries, _ := os.ReadDir(paths.ContainersDir(hook))
 			if len(entries) != 0 {
 				t.Fatalf("entries created: %v", entries)
 			}
 		})
 	}
-	if k, err := ContainerKey("3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a", "main"); err != nil || k != "3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a_main" {
+	if k, err := paths.ContainerKey("3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a", "main"); err != nil || k != "3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a_main" {
 		t.Fatalf("a real UID was rejected: %q %v", k, err)
 	}
 }
@@ -440,7 +440,7 @@ func TestAllocateFailsWhenFileCannotBeWritten(t *testing.T) {
 				t.Fatalf("Allocate succeeded (%v) although %s failed", resp, step)
 			}
 			msg := err.Error()
-			for _, want := range []string{"pod default/p-uid1 container main", string(step), ContainersDir(hook), "disk full"} {
+			for _, want := range []string{"pod default/p-uid1 container main", string(step), paths.ContainersDir(hook), "disk full"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("error %q does not mention %q", msg, want)
 				}
@@ -448,7 +448,7 @@ func TestAllocateFailsWhenFileCannotBeWritten(t *testing.T) {
 			if !errors.Is(err, errDisk) {
 				t.Errorf("error does not wrap the cause")
 			}
-			entries, _ := os.ReadDir(ContainersDir(hook))
+			entries, _ := os.ReadDir(paths.ContainersDir(hook))
 			for _, e := range entries {
 				if _, tmp := limitsfile.TempOwner(e.Name()); tmp {
 					t.Errorf("temp file left: %s", e.Name())
@@ -502,7 +502,7 @@ func TestConcurrentAllocates(t *testing.T) {
 			t.Errorf("container %d file crossed: %v", i, vars)
 		}
 	}
-	entries, _ := os.ReadDir(ContainersDir(hook))
+	entries, _ := os.ReadDir(paths.ContainersDir(hook))
 	if len(entries) != 2*n {
 		t.Errorf("%d entries in containers dir, want %d dirs + files", len(entries), 2*n)
 	}
@@ -543,7 +543,7 @@ func TestAllocateTooManyDevices(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "at most 16") {
 			t.Fatalf("%d devices: err = %v, want a refusal naming the limit of 16", n, err)
 		}
-		if _, err := os.Stat(filepath.Join(ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(paths.ContainersDir(hook), "u1_c.limits")); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%d devices: a limits file was written (%v)", n, err)
 		}
 	}
@@ -576,25 +576,4 @@ func TestAllocateDeviceIdentities(t *testing.T) {
 			}
 		})
 	}
-}
-
-// FuzzParseContainerKey: a name that parses is one ContainerKey makes from
-// its parts, and no part can leave the containers directory or be split
-// elsewhere.
-func FuzzParseContainerKey(f *testing.F) {
-	for _, s := range []string{"3b1e0c1c-8e0f-4a8b-9c3d-1f2e3d4c5b6a_main", "uid_c_d", "_main", "u_", "u_..", "u_Main", "u\xff_c"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		uid, ctr, err := ParseContainerKey(s)
-		if err != nil {
-			return
-		}
-		if k, err := ContainerKey(uid, ctr); err != nil || k != s {
-			t.Fatalf("%q parsed to %q/%q, which makes %q (%v)", s, uid, ctr, k, err)
-		}
-		if strings.ContainsAny(uid+ctr, "/\\\x00._\n ") || !utf8.ValidString(s) {
-			t.Fatalf("%q accepted", s)
-		}
-	})
 }

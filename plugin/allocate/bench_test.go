@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // BenchmarkAllocate measures one file-mode Allocate including the cache dir
@@ -46,7 +47,7 @@ func benchAllocate(b *testing.B, fsys limitsfile.FS) {
 		}
 	})
 	_ = hook
-	if err := os.MkdirAll(ContainersDir(a.opts.HookPath), 0o755); err != nil {
+	if err := os.MkdirAll(paths.ContainersDir(a.opts.HookPath), 0o755); err != nil {
 		b.Fatal(err)
 	}
 	lat := make([]time.Duration, 0, b.N)

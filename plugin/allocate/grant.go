@@ -11,30 +11,9 @@ import (
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
-// GrantDirName is the directory below <HookPath>/vgpu of the compute scheduler's grant files,
-// <key>.grant: root's, outside every container's read-write cache directory.
-const GrantDirName = "sched"
-
-// GrantSuffix ends a grant file's name: <key>.grant.
-const GrantSuffix = ".grant"
-
-// ContainerGrantPath is where a container sees its grant file, read-only; the path is compiled
-// into libvgpu.so (schedproto.ContainerGrantPath).
-const ContainerGrantPath = schedproto.ContainerGrantPath
-
-// GrantPath returns the host path of a container's grant file.
-func GrantPath(hookPath, key string) string {
-	return filepath.Join(GrantDir(hookPath), key+GrantSuffix)
-}
-
-// GrantDir returns the host directory of the grant files.
-func GrantDir(hookPath string) string {
-	return filepath.Join(hookPath, "vgpu", GrantDirName)
-}
-
 // grantMount publishes the container's grant file, naming its GPUs in its device order with every
 // entry Wait (the library waits for vgpu-scheduler's first word, at most 0.5 s), and mounts it
-// read-only at ContainerGrantPath. A failure fails the allocation: with the scheduler deployed, a
+// read-only at schedproto.ContainerGrantPath (the grant file's paths are schedproto's). A failure fails the allocation: with the scheduler deployed, a
 // container without its grant file would pace itself beside scheduled neighbours.
 func (a *Allocator) grantMount(resp *pluginapi.ContainerAllocateResponse, key string, devs annotations.ContainerDevices) error {
 	spec := schedproto.GrantSpec{}
@@ -49,13 +28,13 @@ func (a *Allocator) grantMount(resp *pluginapi.ContainerAllocateResponse, key st
 	if err != nil {
 		return err
 	}
-	path := GrantPath(a.opts.HookPath, key)
+	path := schedproto.GrantPath(schedproto.GrantDir(a.opts.HookPath), key)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create grant dir %s: %w", filepath.Dir(path), err)
 	}
 	if err := a.publisher.Publish(path, data); err != nil {
 		return err
 	}
-	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerGrantPath, HostPath: path, ReadOnly: true})
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: schedproto.ContainerGrantPath, HostPath: path, ReadOnly: true})
 	return nil
 }

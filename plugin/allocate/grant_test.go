@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/limitbed/limitbed/plugin/annotations"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
@@ -26,12 +27,12 @@ func TestGrantFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := mountsByPath(resp)[ContainerGrantPath]
+	m := mountsByPath(resp)[schedproto.ContainerGrantPath]
 	want := filepath.Join(hook, "vgpu", "sched", "uid1_main.grant")
 	if m == nil || m.HostPath != want || !m.ReadOnly {
 		t.Fatalf("grant mount = %v, want read-only from %s", m, want)
 	}
-	if strings.HasPrefix(m.HostPath, filepath.Join(ContainersDir(hook), "uid1_main")+"/") {
+	if strings.HasPrefix(m.HostPath, filepath.Join(paths.ContainersDir(hook), "uid1_main")+"/") {
 		t.Fatal("grant file inside the container's read-write directory")
 	}
 	data, err := os.ReadFile(want)
@@ -71,10 +72,10 @@ func TestGrantFileOnlyWithTheScheduler(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := mountsByPath(resp)[ContainerGrantPath]; m != nil {
+			if m := mountsByPath(resp)[schedproto.ContainerGrantPath]; m != nil {
 				t.Errorf("grant mount %v", m)
 			}
-			if _, err := os.Stat(GrantPath(hook, "uid1_main")); err == nil {
+			if _, err := os.Stat(schedproto.GrantPath(schedproto.GrantDir(hook), "uid1_main")); err == nil {
 				t.Error("grant file written")
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/limitbed/limitbed/plugin/libvars"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // libraryEnv returns the library's variables for the container's devices
@@ -36,7 +37,7 @@ func (a *Allocator) libraryEnv(req Request) map[string]string {
 func (a *Allocator) sharedCachePath() string {
 	if a.opts.Profile == ProfileHAMiV210 {
 		// HAMi v2.10 named the region after a fresh UUID on every Allocate.
-		return ContainerVGPUDir + "/" + a.newUUID() + ".cache"
+		return paths.ContainerVGPUDir + "/" + a.newUUID() + ".cache"
 	}
-	return ContainerVGPUDir + "/" + UsageCacheName
+	return paths.ContainerUsageCache
 }

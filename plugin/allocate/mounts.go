@@ -7,15 +7,16 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // libraryMounts adds libvgpu.so and, unless the container disabled control,
 // /etc/ld.so.preload (the preload is what loads the library into every
 // process, login sessions included).
 func (a *Allocator) libraryMounts(resp *pluginapi.ContainerAllocateResponse, p hostPaths, disabled bool) {
-	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerLibPath, HostPath: p.lib, ReadOnly: true})
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: paths.ContainerLibPath, HostPath: p.lib, ReadOnly: true})
 	if !disabled {
-		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerPreloadPath, HostPath: p.preload, ReadOnly: true})
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: paths.ContainerPreloadPath, HostPath: p.preload, ReadOnly: true})
 	}
 }
 
@@ -37,7 +38,7 @@ func (a *Allocator) cacheDirMount(resp *pluginapi.ContainerAllocateResponse, p h
 	if err := os.Chmod(p.cacheDir, 0o777); err != nil {
 		return fmt.Errorf("chmod cache dir %s: %w", p.cacheDir, err)
 	}
-	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerVGPUDir, HostPath: p.cacheDir, ReadOnly: false})
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: paths.ContainerVGPUDir, HostPath: p.cacheDir, ReadOnly: false})
 	return nil
 }
 
@@ -54,6 +55,6 @@ func (a *Allocator) lockDirMount(resp *pluginapi.ContainerAllocateResponse) erro
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("create lock dir %s: %w", dir, err)
 	}
-	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerLockDir, HostPath: dir, ReadOnly: false})
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: paths.ContainerLockDir, HostPath: dir, ReadOnly: false})
 	return nil
 }

@@ -18,16 +18,6 @@ var required = []string{
 	"limitbed-doctor",
 }
 
-// doctorHarness are the harness packages limitbed-doctor links: the container interface, the `su -`
-// launch method, exec through the API server and nvidia-smi's output, shared with the kind tier.
-// They need client-go and the standard library only; no other binary links harness code.
-var doctorHarness = map[string]bool{
-	"github.com/limitbed/limitbed/harness/sandbox": true,
-	"github.com/limitbed/limitbed/harness/launch":  true,
-	"github.com/limitbed/limitbed/harness/podexec": true,
-	"github.com/limitbed/limitbed/harness/nvsmi":   true,
-}
-
 // forbidden says why pkg (an import path) may not be linked into a production binary, or "".
 func forbidden(pkg string) string {
 	for _, p := range []struct{ prefix, why string }{
@@ -86,11 +76,50 @@ func TestProductionBinariesLinkNoTestDoubles(t *testing.T) {
 			if why := forbidden(pkg); why != "" {
 				t.Errorf("%s links %s: %s", m, pkg, why)
 			}
-			if strings.HasPrefix(pkg, "github.com/limitbed/limitbed/harness/") &&
-				!(strings.HasSuffix(m, "/limitbed-doctor") && doctorHarness[pkg]) {
+			if isHarness(pkg) {
 				t.Errorf("%s links %s: harness code in a production binary", m, pkg)
 			}
 		}
+	}
+}
+
+// harnessRoot is the test bed's tree: production depends on none of it; the test bed depends on
+// production.
+const harnessRoot = "github.com/limitbed/limitbed/harness"
+
+func isHarness(pkg string) bool { return pkg == harnessRoot || strings.HasPrefix(pkg, harnessRoot+"/") }
+
+// TestNoProductionPackageImportsHarness holds every package under plugin/ (its production code,
+// not its tests) to importing nothing of harness/, directly or through another package: what the
+// operator's tool and the test bed share lives under plugin/ (plugin/ctrexec, plugin/podexec,
+// plugin/launch, plugin/nvsmi) and the harness imports it.
+func TestNoProductionPackageImportsHarness(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go toolchain on PATH to list the packages' imports: %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "../...").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./plugin/...: %v", err)
+	}
+	pkgs := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], "github.com/limitbed/limitbed/") {
+			continue
+		}
+		pkgs++
+		if isHarness(fields[0]) {
+			t.Errorf("a package under plugin/ depends on %s", fields[0])
+		}
+		for _, imp := range fields[1:] {
+			if isHarness(imp) {
+				t.Errorf("%s imports %s: production code must not depend on the test bed", fields[0], imp)
+			}
+		}
+	}
+	if pkgs < 20 {
+		t.Fatalf("go list -deps ./plugin/... listed %d of this module's packages: not the production tree", pkgs)
 	}
 }
 

@@ -90,6 +90,12 @@ func (p *Plugin) allocateOnce(ctx context.Context, reqs []request) (*pluginapi.A
 	if cs := p.unrefused(pl.Contenders); len(cs) > 0 {
 		return nil, p.refuseContenders(ctx, cs, pl.Pod)
 	}
+	if resp, ok, err := p.answers.retry(reqs, pl, p.log); ok {
+		if err != nil {
+			p.log.Error(err, "Allocation refused")
+		}
+		return resp, err
+	}
 	if pl.Pod == nil {
 		if err := p.opts.Pods.ReleaseLockIfDone(ctx); err != nil {
 			p.log.Error(err, "Releasing a node lock left by a finished pod")
@@ -120,6 +126,7 @@ func (p *Plugin) allocateOnce(ctx context.Context, reqs []request) (*pluginapi.A
 		if err := p.opts.Pods.Claim(ctx, pod, plan.left); err != nil {
 			return nil, err
 		}
+		p.answers.remember(pod, plan.steps, resp) // a kubelet that did not receive it asks again
 		if !plan.left.Pending() {
 			if err := p.opts.Pods.ReleaseLockIfDone(ctx); err != nil {
 				// The allocation stands; the next call retries the release.

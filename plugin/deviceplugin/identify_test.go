@@ -87,7 +87,9 @@ func TestAllocateUnknownDeviceID(t *testing.T) {
 // optimistic concurrency (harness/fakeapi): no lock is held across the API
 // calls, so calls race to claim entries; the claim's resourceVersion makes
 // each entry go to exactly one call. Every container ends with its own
-// limits in its own file and the pod with bind-phase success.
+// limits in its own file and the pod with bind-phase success. Each call has
+// devices of its own, as the kubelet's calls have (it hands a device to one
+// container at a time; the same devices again are a retry: retry_test.go).
 func TestConcurrentAllocatesClaimEachEntryOnce(t *testing.T) {
 	const n = 16
 	s, err := fakeapi.Start()
@@ -113,14 +115,14 @@ func TestConcurrentAllocatesClaimEachEntryOnce(t *testing.T) {
 	}
 	// Every round of the race has one winner and redoes the others' host files: a generous
 	// deadline, so a loaded CI machine under -race judges correctness, not speed.
-	e := setupKube(t, func(o *deviceplugin.Options, _ *allocate.Options) { o.APITimeout = 2 * time.Minute }, kube)
+	e := setupKube(t, func(o *deviceplugin.Options, _ *allocate.Options) { o.APITimeout, o.SplitCount = 2*time.Minute, n }, kube)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.plugin.AllocateOne(e.ctx, fmt.Sprintf("GPU-a-%d", i%3)); err != nil {
+			if _, err := e.plugin.AllocateOne(e.ctx, fmt.Sprintf("GPU-a-%d", i)); err != nil {
 				errs <- err
 			}
 		}()

@@ -32,6 +32,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/pods"
 )
 
@@ -122,7 +123,7 @@ func setupKube(t testing.TB, mod func(*deviceplugin.Options, *allocate.Options),
 	if mod != nil {
 		mod(&opts, &aopts)
 	}
-	if err := os.MkdirAll(allocate.ContainersDir(e.hook), 0o755); err != nil {
+	if err := os.MkdirAll(paths.ContainersDir(e.hook), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	opts.Allocator, err = allocate.New(aopts)
@@ -168,7 +169,7 @@ func (e *env) pod(ns, name string) *corev1.Pod {
 
 func (e *env) limits(key string) map[string]string {
 	e.t.Helper()
-	data, err := os.ReadFile(filepath.Join(allocate.ContainersDir(e.hook), key+".limits"))
+	data, err := os.ReadFile(filepath.Join(paths.ContainersDir(e.hook), key+".limits"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func (e *env) limits(key string) map[string]string {
 
 func (e *env) noLimits(key string) {
 	e.t.Helper()
-	if _, err := os.Stat(filepath.Join(allocate.ContainersDir(e.hook), key+".limits")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(paths.ContainersDir(e.hook), key+".limits")); !os.IsNotExist(err) {
 		e.t.Fatalf("limits file for %s exists (%v)", key, err)
 	}
 }

@@ -93,6 +93,8 @@ type Plugin struct {
 	refusedMu sync.Mutex
 	refused   map[types.UID]bool // pods refused as contenders (bounded)
 
+	answers answers // answers given after their claims, for a kubelet's retry (answers.go)
+
 	mu       sync.Mutex
 	devices  []*pluginapi.Device
 	physical map[string]string

@@ -26,6 +26,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/deviceplugin"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // The trust model's cases (docs/trust-model.md), each as a hostile tenant
@@ -110,7 +111,7 @@ func TestAllocateRefusesAPodThatSkippedTheScheduler(t *testing.T) {
 		t.Fatalf("the rogue's call: err = %v, want a refusal naming pod default/rogue", err)
 	}
 	e.noLimits("uid-victim_main")
-	if _, err := os.Stat(filepath.Join(allocate.ContainersDir(e.hook), "uid-victim_main")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(paths.ContainersDir(e.hook), "uid-victim_main")); !os.IsNotExist(err) {
 		t.Fatalf("the victim's cache directory was created for another pod's call (%v)", err)
 	}
 	v := e.pod("default", "victim")
@@ -181,7 +182,7 @@ func TestAllocateRefusesATrapPod(t *testing.T) {
 			if err := e.kube.CoreV1().Pods("default").Delete(e.ctx, "trap", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			s := &monitor.Sweeper{Dir: allocate.ContainersDir(e.hook), API: &monitor.APIPods{Kube: e.kube, NodeName: node}, Logger: klog.Background()}
+			s := &monitor.Sweeper{Dir: paths.ContainersDir(e.hook), API: &monitor.APIPods{Kube: e.kube, NodeName: node}, Logger: klog.Background()}
 			if _, err := s.Sweep(e.ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -196,11 +197,11 @@ func TestAllocateRefusesATrapPod(t *testing.T) {
 func cacheDir(t *testing.T, r *pluginapi.ContainerAllocateResponse) string {
 	t.Helper()
 	for _, m := range r.Mounts {
-		if m.ContainerPath == allocate.ContainerVGPUDir {
+		if m.ContainerPath == paths.ContainerVGPUDir {
 			return m.HostPath
 		}
 	}
-	t.Fatalf("no %s mount in %v", allocate.ContainerVGPUDir, mountPaths(r))
+	t.Fatalf("no %s mount in %v", paths.ContainerVGPUDir, mountPaths(r))
 	return ""
 }
 

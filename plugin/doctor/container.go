@@ -8,10 +8,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -29,8 +30,8 @@ func (r *podRun) open(ctx context.Context) error {
 }
 
 // read returns a file of the container; found is false when it does not exist.
-func read(ctx context.Context, c sandbox.Container, path string) (data []byte, found bool, err error) {
-	res, err := c.Exec(ctx, []string{"/bin/sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, sandbox.ExecOptions{})
+func read(ctx context.Context, c ctrexec.Container, path string) (data []byte, found bool, err error) {
+	res, err := c.Exec(ctx, []string{"/bin/sh", "-c", `[ -e "$1" ] || exit 3; cat "$1"`, "read", path}, ctrexec.ExecOptions{})
 	if err != nil {
 		return nil, false, fmt.Errorf("exec in %s: %w", c, err)
 	}
@@ -64,28 +65,28 @@ func (r *podRun) checkPreload(ctx context.Context) Check {
 		r.stop = true
 		return fail(name, err.Error(), "doctor cannot exec into the container", "check that the pod runs and that you may exec (pods/exec)")
 	}
-	pre, found, err := read(ctx, r.c, containerPreload)
+	pre, found, err := read(ctx, r.c, paths.ContainerPreloadPath)
 	if err != nil {
 		r.stop = true
 		return fail(name, err.Error(), "doctor cannot read files in the container (no sh or cat?)", "use an image with a shell")
 	}
 	fixMounts := "recreate the pod on a node whose device plugin runs (kubectl -n " + r.d.PluginNamespace + " get pods -o wide); the plugin adds the mounts in Allocate"
 	if !found {
-		return fail(name, containerPreload+" does not exist", "the plugin's preload mount is missing: no process loads libvgpu.so, nothing is limited", fixMounts)
+		return fail(name, paths.ContainerPreloadPath+" does not exist", "the plugin's preload mount is missing: no process loads libvgpu.so, nothing is limited", fixMounts)
 	}
-	if !strings.Contains(string(pre), containerLibPath) {
-		return fail(name, fmt.Sprintf("%s does not name %s: %q", containerPreload, containerLibPath, strings.TrimSpace(string(pre))),
+	if !strings.Contains(string(pre), paths.ContainerLibPath) {
+		return fail(name, fmt.Sprintf("%s does not name %s: %q", paths.ContainerPreloadPath, paths.ContainerLibPath, strings.TrimSpace(string(pre))),
 			"the image's own ld.so.preload shadows the plugin's, or the mount is missing", fixMounts)
 	}
-	lib, found, err := read(ctx, r.c, containerLibPath)
+	lib, found, err := read(ctx, r.c, paths.ContainerLibPath)
 	if err != nil {
 		return fail(name, err.Error(), "", "")
 	}
 	if !found {
-		return fail(name, containerLibPath+" does not exist", "the library mount is missing: the loader skips the preload entry", fixMounts)
+		return fail(name, paths.ContainerLibPath+" does not exist", "the library mount is missing: the loader skips the preload entry", fixMounts)
 	}
 	r.lib = lib
-	return pass(name, fmt.Sprintf("%s names %s (%d bytes)", containerPreload, containerLibPath, len(lib)))
+	return pass(name, fmt.Sprintf("%s names %s (%d bytes)", paths.ContainerPreloadPath, paths.ContainerLibPath, len(lib)))
 }
 
 // checkLibrary: the container's libvgpu.so is the build the plugin installed on the node.
@@ -105,7 +106,7 @@ func (r *podRun) checkLibrary(ctx context.Context) Check {
 	if err != nil {
 		return warn(name, "cannot exec into the plugin pod: "+err.Error(), "", "")
 	}
-	hostLib := pp.vgpuDir() + "/libvgpu.so"
+	hostLib := paths.LibPath(pp.hookPath)
 	node, found, err := read(ctx, pc, hostLib)
 	if err != nil || !found {
 		return fail(name, fmt.Sprintf("the node has no %s (read through %s/%s: %v)", hostLib, pp.pod.Namespace, pp.pod.Name, err),
@@ -135,7 +136,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	if err := r.open(ctx); err != nil {
 		return fail(name, err.Error(), "", "")
 	}
-	envRes, err := r.c.Exec(ctx, []string{"env"}, sandbox.ExecOptions{})
+	envRes, err := r.c.Exec(ctx, []string{"env"}, ctrexec.ExecOptions{})
 	if err != nil {
 		return fail(name, err.Error(), "", "")
 	}
@@ -143,15 +144,15 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 	if v := r.env["CUDA_DISABLE_CONTROL"]; v == "true" || v == "1" {
 		return fail(name, "the container sets CUDA_DISABLE_CONTROL="+v, "the library enforces nothing in processes that carry it", "remove CUDA_DISABLE_CONTROL from the container spec")
 	}
-	data, found, err := read(ctx, r.c, containerLimitsFile)
+	data, found, err := read(ctx, r.c, limitsfile.ContainerMountPath)
 	if err != nil {
 		return fail(name, err.Error(), "", "")
 	}
 	if !found {
 		return r.noLimitsFile(name)
 	}
-	if ro, found := mountReadOnly(ctx, r.c, containerLimitsFile); found && !ro {
-		return fail(name, containerLimitsFile+" is mounted read-write", "a process in the container could change its own limits", "the plugin mounts it read-only; recreate the pod with this chart's plugin")
+	if ro, found := mountReadOnly(ctx, r.c, limitsfile.ContainerMountPath); found && !ro {
+		return fail(name, limitsfile.ContainerMountPath+" is mounted read-write", "a process in the container could change its own limits", "the plugin mounts it read-only; recreate the pod with this chart's plugin")
 	}
 	p := limitsfile.Parse(data)
 	if c, bad := r.fileAgainstDecision(name, p); bad {
@@ -161,7 +162,7 @@ func (r *podRun) checkLimitsFile(ctx context.Context) Check {
 		return c
 	}
 	r.cache = p.Vars[libvars.SharedCache]
-	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", containerLimitsFile, len(p.Vars)))
+	return pass(name, fmt.Sprintf("%s read-only, %d variables, memory limits as assigned, environment agrees", limitsfile.ContainerMountPath, len(p.Vars)))
 }
 
 // noLimitsFile judges a container without /overrideEnv: a warning in env mode when the
@@ -178,10 +179,10 @@ func (r *podRun) noLimitsFile(name string) Check {
 					"remove "+key+" from the container spec, or run the pod in file mode, where the file wins")
 			}
 		}
-		return warn(name, "env mode: no "+containerLimitsFile+"; the limits are in the environment only",
+		return warn(name, "env mode: no "+limitsfile.ContainerMountPath+"; the limits are in the environment only",
 			"login sessions (ssh, su -, sudo, cron) start without the environment and run unlimited", "switch the pod to file mode (see delivery) and recreate it")
 	}
-	return fail(name, containerLimitsFile+" does not exist in file mode",
+	return fail(name, limitsfile.ContainerMountPath+" does not exist in file mode",
 		"the plugin that allocated the pod did not write the file (an older plugin, or a pod older than file mode)", "recreate the pod")
 }
 
@@ -236,7 +237,7 @@ func (r *podRun) envAgainstFile(name string, p *limitsfile.Parsed) (Check, bool)
 }
 
 // mountReadOnly reads the container's mount table for path.
-func mountReadOnly(ctx context.Context, c sandbox.Container, path string) (ro, found bool) {
+func mountReadOnly(ctx context.Context, c ctrexec.Container, path string) (ro, found bool) {
 	data, ok, err := read(ctx, c, "/proc/self/mountinfo")
 	if err != nil || !ok {
 		return false, false
@@ -269,7 +270,7 @@ func (r *podRun) checkUsageCache(ctx context.Context) Check {
 		path = r.env[libvars.SharedCache]
 	}
 	if path == "" {
-		path = defaultUsageCache
+		path = paths.ContainerUsageCache
 	}
 	data, found, err := read(ctx, r.c, path)
 	if err != nil {

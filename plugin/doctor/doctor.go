@@ -5,10 +5,11 @@
 // checklist runs against client-go's fake clientset and fake containers in tests.
 //
 // It is the operator's tool (limitbed-doctor, plugin/cmd/limitbed-doctor), run against production
-// clusters, so it links no test framework: it execs through the API server (harness/podexec) behind
-// harness/sandbox's container interface, so that harness/launch's `su -` method opens its login
-// sessions as the harness's own tiers do; those packages need client-go and the standard library
-// only (plugin/cmd's TestProductionBinariesLinkNoTestDoubles holds the binary to it).
+// clusters, so it links no test framework and no test bed: it execs through the API server
+// (plugin/podexec) behind the container interface (plugin/ctrexec), so that plugin/launch's `su -`
+// method opens its login sessions as the harness's own tiers do; those packages are production
+// code the harness imports, and need client-go and the standard library only (plugin/cmd's
+// TestProductionBinariesLinkNoTestDoubles holds the binary to it).
 package doctor
 
 import (
@@ -21,8 +22,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/limitbed/limitbed/harness/launch"
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // Verdict of one check.
@@ -107,16 +108,16 @@ func (r *Report) WriteJSON(w io.Writer) error {
 type Cluster interface {
 	Kube() kubernetes.Interface
 	// Container opens a container of a pod for exec through the API server; launch methods run in it.
-	Container(ctx context.Context, namespace, pod, container string) (sandbox.Container, error)
+	Container(ctx context.Context, namespace, pod, container string) (ctrexec.Container, error)
 	// ProxyGet fetches path from a pod's port through the API server's pod proxy.
 	ProxyGet(ctx context.Context, namespace, pod, port, path string) ([]byte, error)
 }
 
 // LoginFunc runs command in a login session of c (a fresh environment, as ssh gives).
-type LoginFunc func(ctx context.Context, c sandbox.Container, command string) (launch.Result, error)
+type LoginFunc func(ctx context.Context, c ctrexec.Container, command string) (launch.Result, error)
 
-// LaunchLogin runs command through harness/launch's `su -` method.
-func LaunchLogin(ctx context.Context, c sandbox.Container, command string) (launch.Result, error) {
+// LaunchLogin runs command through plugin/launch's `su -` method.
+func LaunchLogin(ctx context.Context, c ctrexec.Container, command string) (launch.Result, error) {
 	m, err := launch.Lookup("su -")
 	if err != nil {
 		return launch.Result{}, err

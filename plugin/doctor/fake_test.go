@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/limitbed/limitbed/harness/launch"
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // fakeContainer answers the commands the checks exec, from a file table and an environment.
@@ -26,17 +26,17 @@ type fakeContainer struct {
 	noLs  bool
 }
 
-func (f *fakeContainer) Exec(_ context.Context, cmd []string, _ sandbox.ExecOptions) (sandbox.ExecResult, error) {
+func (f *fakeContainer) Exec(_ context.Context, cmd []string, _ ctrexec.ExecOptions) (ctrexec.ExecResult, error) {
 	switch {
 	case len(cmd) == 5 && cmd[0] == "/bin/sh" && cmd[3] == "read":
 		b, ok := f.files[cmd[4]]
 		if !ok {
-			return sandbox.ExecResult{ExitCode: 3}, nil
+			return ctrexec.ExecResult{ExitCode: 3}, nil
 		}
-		return sandbox.ExecResult{Stdout: b}, nil
+		return ctrexec.ExecResult{Stdout: b}, nil
 	case len(cmd) == 3 && cmd[0] == "/bin/ls" && cmd[1] == "-a":
 		if f.noLs {
-			return sandbox.ExecResult{ExitCode: 2, Stderr: []byte("ls: no such directory")}, nil
+			return ctrexec.ExecResult{ExitCode: 2, Stderr: []byte("ls: no such directory")}, nil
 		}
 		var names []string
 		for p := range f.files {
@@ -44,24 +44,24 @@ func (f *fakeContainer) Exec(_ context.Context, cmd []string, _ sandbox.ExecOpti
 				names = append(names, rest)
 			}
 		}
-		return sandbox.ExecResult{Stdout: []byte(".\n..\n" + strings.Join(names, "\n") + "\n")}, nil
+		return ctrexec.ExecResult{Stdout: []byte(".\n..\n" + strings.Join(names, "\n") + "\n")}, nil
 	case len(cmd) == 1 && cmd[0] == "env":
 		var b strings.Builder
 		for k, v := range f.env {
 			b.WriteString(k + "=" + v + "\n")
 		}
-		return sandbox.ExecResult{Stdout: []byte(b.String())}, nil
+		return ctrexec.ExecResult{Stdout: []byte(b.String())}, nil
 	case len(cmd) == 3 && cmd[0] == "sh" && strings.Contains(cmd[2], "command -v"):
 		if f.tool == "" {
-			return sandbox.ExecResult{}, nil
+			return ctrexec.ExecResult{}, nil
 		}
-		return sandbox.ExecResult{Stdout: []byte(f.tool + "\n")}, nil
+		return ctrexec.ExecResult{Stdout: []byte(f.tool + "\n")}, nil
 	case len(cmd) == 3 && cmd[0] == "sh" && cmd[1] == "-c":
 		if out, ok := f.views[cmd[2]]; ok {
-			return sandbox.ExecResult{Stdout: []byte(out)}, nil
+			return ctrexec.ExecResult{Stdout: []byte(out)}, nil
 		}
 	}
-	return sandbox.ExecResult{ExitCode: 127, Stderr: []byte(fmt.Sprintf("fake: no such command %q", cmd))}, nil
+	return ctrexec.ExecResult{ExitCode: 127, Stderr: []byte(fmt.Sprintf("fake: no such command %q", cmd))}, nil
 }
 
 func (f *fakeContainer) ReadFile(ctx context.Context, p string) ([]byte, error) {
@@ -72,7 +72,7 @@ func (f *fakeContainer) ReadFile(ctx context.Context, p string) ([]byte, error) 
 }
 func (f *fakeContainer) Logs(context.Context) ([]byte, error) { return nil, nil }
 func (f *fakeContainer) Addr() string                         { return "" }
-func (f *fakeContainer) Supports(sandbox.Feature) bool        { return false }
+func (f *fakeContainer) Supports(ctrexec.Feature) bool        { return false }
 func (f *fakeContainer) Backend() string                      { return "fake" }
 func (f *fakeContainer) Stop(context.Context) error           { return nil }
 func (f *fakeContainer) String() string                       { return f.name }
@@ -85,7 +85,7 @@ type fakeCluster struct {
 }
 
 func (f *fakeCluster) Kube() kubernetes.Interface { return f.kube }
-func (f *fakeCluster) Container(_ context.Context, ns, pod, ctr string) (sandbox.Container, error) {
+func (f *fakeCluster) Container(_ context.Context, ns, pod, ctr string) (ctrexec.Container, error) {
 	c, ok := f.containers[ns+"/"+pod+"/"+ctr]
 	if !ok {
 		return nil, fmt.Errorf("no container %s/%s/%s", ns, pod, ctr)
@@ -203,7 +203,7 @@ func (w *world) doctor() *Doctor {
 		"team/train/main":                          w.workload,
 		pluginNS + "/limitbed-x7k2p/device-plugin": w.plugin,
 	}, metrics: map[string]string{pluginNS + "/limitbed-x7k2p": w.metrics}}
-	return &Doctor{Cluster: fc, PluginNamespace: pluginNS, Login: func(_ context.Context, c sandbox.Container, cmd string) (launch.Result, error) {
+	return &Doctor{Cluster: fc, PluginNamespace: pluginNS, Login: func(_ context.Context, c ctrexec.Container, cmd string) (launch.Result, error) {
 		if w.loginErr != nil {
 			return launch.Result{}, w.loginErr
 		}

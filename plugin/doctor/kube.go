@@ -9,11 +9,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/limitbed/limitbed/harness/podexec"
-	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/podexec"
 )
 
-// APICluster is a Cluster reached through an API server: exec as kubectl exec does (harness/podexec,
+// APICluster is a Cluster reached through an API server: exec as kubectl exec does (plugin/podexec,
 // shared with the kind tier), the pod proxy for /metrics.
 type APICluster struct {
 	kube kubernetes.Interface
@@ -42,7 +42,7 @@ func NewAPICluster(kubeconfig string) (*APICluster, error) {
 func (a *APICluster) Kube() kubernetes.Interface { return a.kube }
 
 // Container implements Cluster.
-func (a *APICluster) Container(_ context.Context, ns, pod, container string) (sandbox.Container, error) {
+func (a *APICluster) Container(_ context.Context, ns, pod, container string) (ctrexec.Container, error) {
 	return &podContainer{a: a, ns: ns, pod: pod, ctr: container}, nil
 }
 
@@ -55,14 +55,14 @@ func (a *APICluster) ProxyGet(ctx context.Context, ns, pod, port, path string) (
 	return b, nil
 }
 
-// podContainer execs through the API server; it is a sandbox.Container so that harness/launch's
+// podContainer execs through the API server; it is a ctrexec.Container so that plugin/launch's
 // methods (su -) run in it.
 type podContainer struct {
 	a            *APICluster
 	ns, pod, ctr string
 }
 
-func (p *podContainer) Exec(ctx context.Context, cmd []string, opts sandbox.ExecOptions) (sandbox.ExecResult, error) {
+func (p *podContainer) Exec(ctx context.Context, cmd []string, opts ctrexec.ExecOptions) (ctrexec.ExecResult, error) {
 	return podexec.Target{Kube: p.a.kube, REST: p.a.rest, Namespace: p.ns, Pod: p.pod, Container: p.ctr}.Exec(ctx, cmd, opts)
 }
 
@@ -83,7 +83,7 @@ func (p *podContainer) Logs(ctx context.Context) ([]byte, error) {
 }
 
 func (p *podContainer) Addr() string                  { return "" }
-func (p *podContainer) Supports(sandbox.Feature) bool { return false }
+func (p *podContainer) Supports(ctrexec.Feature) bool { return false }
 func (p *podContainer) Backend() string               { return "kubernetes" }
 func (p *podContainer) String() string                { return p.ns + "/" + p.pod + "/" + p.ctr }
 

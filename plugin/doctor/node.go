@@ -9,12 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 	"github.com/limitbed/limitbed/plugin/delivery"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor/metricname"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // nodeRun is what the checks of one node learn, step by step.
@@ -22,7 +23,7 @@ type nodeRun struct {
 	d       *Doctor
 	node    *corev1.Node
 	pp      pluginPod
-	pc      sandbox.Container // the device-plugin container; nil when unreachable
+	pc      ctrexec.Container // the device-plugin container; nil when unreachable
 	cfg     pluginConfig
 	want    map[string]bool   // <podUID>_<container> of live GPU containers that should have a .limits file
 	live    map[string]bool   // UIDs of the node's pods that are not gone
@@ -83,17 +84,17 @@ func (r *nodeRun) checkInstalled(ctx context.Context) Check {
 		return warn(name, "skipped: the plugin container cannot be reached", "", "")
 	}
 	dir := r.pp.vgpuDir()
-	lib, found, err := read(ctx, r.pc, dir+"/libvgpu.so")
+	lib, found, err := read(ctx, r.pc, paths.LibPath(r.pp.hookPath))
 	if err != nil {
 		return fail(name, err.Error(), "", "")
 	}
 	if !found {
-		return fail(name, dir+"/libvgpu.so is not installed", "the chart's install init container did not run or failed",
+		return fail(name, paths.LibPath(r.pp.hookPath)+" is not installed", "the chart's install init container did not run or failed",
 			"kubectl -n "+r.pp.pod.Namespace+" logs "+r.pp.pod.Name+" -c install")
 	}
-	pre, found, err := read(ctx, r.pc, dir+"/ld.so.preload")
-	if err != nil || !found || !strings.Contains(string(pre), containerLibPath) {
-		return fail(name, dir+"/ld.so.preload is missing or does not name "+containerLibPath, "the chart's install step did not finish",
+	pre, found, err := read(ctx, r.pc, paths.PreloadPath(r.pp.hookPath))
+	if err != nil || !found || !strings.Contains(string(pre), paths.ContainerLibPath) {
+		return fail(name, paths.PreloadPath(r.pp.hookPath)+" is missing or does not name "+paths.ContainerLibPath, "the chart's install step did not finish",
 			"kubectl -n "+r.pp.pod.Namespace+" logs "+r.pp.pod.Name+" -c install")
 	}
 	return pass(name, fmt.Sprintf("%s/libvgpu.so (sha256 %s, %d bytes) and ld.so.preload installed", dir, digest(lib), len(lib)))
@@ -136,8 +137,8 @@ func (r *nodeRun) checkLimitsFiles(ctx context.Context) Check {
 			}
 		}
 	}
-	dir := r.pp.vgpuDir() + "/containers"
-	res, err := r.pc.Exec(ctx, []string{"/bin/ls", "-a", dir}, sandbox.ExecOptions{})
+	dir := paths.ContainersDir(r.pp.hookPath)
+	res, err := r.pc.Exec(ctx, []string{"/bin/ls", "-a", dir}, ctrexec.ExecOptions{})
 	if err != nil || res.ExitCode != 0 {
 		return fail(name, fmt.Sprintf("cannot list %s in the plugin pod: %v %s", dir, err, strings.TrimSpace(string(res.Stderr))), "", "")
 	}

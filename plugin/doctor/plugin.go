@@ -3,7 +3,6 @@ package doctor
 import (
 	"context"
 	"fmt"
-	"path"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -11,23 +10,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // The chart's names (deployments/helm/limitbed): the ConfigMap keys and the DaemonSet's containers.
 const (
-	deviceConfigKey     = "device-config.yaml"
-	nodeConfigKey       = "config.json"
-	pluginContainer     = "device-plugin"
-	monitorContainer    = "vgpu-monitor"
-	defaultHookPath     = "/usr/local"
-	defaultMetricsPort  = "9394"
-	hookPathFlag        = "--hook-path="
-	metricsAddressFlag  = "--metrics-address="
-	containerVGPUDir    = "/usr/local/vgpu"
-	containerLibPath    = containerVGPUDir + "/libvgpu.so"
-	containerPreload    = "/etc/ld.so.preload"
-	containerLimitsFile = "/overrideEnv"
-	defaultUsageCache   = containerVGPUDir + "/usage.cache"
+	deviceConfigKey    = "device-config.yaml"
+	nodeConfigKey      = "config.json"
+	pluginContainer    = "device-plugin"
+	monitorContainer   = "vgpu-monitor"
+	defaultHookPath    = "/usr/local"
+	defaultMetricsPort = "9394"
+	hookPathFlag       = "--hook-path="
+	metricsAddressFlag = "--metrics-address="
 )
 
 // pluginConfig is the configuration the chart gave the plugin, and where it was read.
@@ -71,7 +67,7 @@ type pluginPod struct {
 	metricsPort string
 }
 
-func (p pluginPod) vgpuDir() string { return path.Join(p.hookPath, "vgpu") }
+func (p pluginPod) vgpuDir() string { return paths.VGPUDir(p.hookPath) }
 
 // findPluginPod returns the pod in ns on node that runs the device-plugin container.
 func findPluginPod(ctx context.Context, c Cluster, ns, node string) (pluginPod, error) {

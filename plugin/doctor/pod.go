@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
 	"github.com/limitbed/limitbed/plugin/delivery"
 )
 
@@ -33,7 +33,7 @@ type podRun struct {
 	devs   annotations.ContainerDevices
 	mig    bool
 	mode   v1.LimitDelivery
-	c      sandbox.Container
+	c      ctrexec.Container
 	lib    []byte
 	env    map[string]string // the exec session's
 	cache  string

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitbed/limitbed/harness/launch"
-	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/internal/fixtures"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/launch"
 )
 
 // region is a usage region an unmodified HAMi-core wrote under CUDA_DEVICE_MEMORY_LIMIT_0=3000m
@@ -128,7 +128,7 @@ var plantedFaults = []plantedFault{
 		w.pod().Annotations["hami.io/vgpu-devices-allocated"] = "MIG-7f1e,NVIDIA,4864,0:;"
 		w.workload.files = map[string][]byte{}
 	}, "delivery", Warn, "MIG", false},
-	{"no login session", func(w *world) { w.loginErr = fmt.Errorf("%w: su missing", sandbox.ErrUnsupported) },
+	{"no login session", func(w *world) { w.loginErr = fmt.Errorf("%w: su missing", ctrexec.ErrUnsupported) },
 		"login-view", Warn, "no login session", false},
 }
 
@@ -239,7 +239,7 @@ func TestGPUToolOutsidePATH(t *testing.T) {
 			w.workload.views = map[string]string{tc.cmd: tc.out}
 			d := w.doctor()
 			d.GPUTool = tc.tool
-			d.Login = func(_ context.Context, _ sandbox.Container, cmd string) (launch.Result, error) {
+			d.Login = func(_ context.Context, _ ctrexec.Container, cmd string) (launch.Result, error) {
 				if cmd != tc.cmd {
 					return launch.Result{}, fmt.Errorf("login ran %q", cmd)
 				}

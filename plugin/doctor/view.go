@@ -8,13 +8,14 @@ import (
 	"path"
 	"strings"
 
-	"github.com/limitbed/limitbed/harness/nvsmi"
-	"github.com/limitbed/limitbed/harness/sandbox"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/ctrexec"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/nvsmi"
 )
 
 // parseTotals reads the memory total of every GPU, in MiB, from `gpuinfo --json` (one JSON object
-// with devices[].memory_total_mib) or from nvidia-smi's memory.total query (harness/nvsmi).
+// with devices[].memory_total_mib) or from nvidia-smi's memory.total query (plugin/nvsmi).
 func parseTotals(out []byte) ([]uint64, error) {
 	s := strings.TrimSpace(string(out))
 	if s == "" {
@@ -44,10 +45,10 @@ func parseTotals(out []byte) ([]uint64, error) {
 // gpuTools returns the command lines that print the GPUs' memory totals: tool's when given, else
 // one for each of gpuinfo and nvidia-smi the container has in its PATH (both, when both are
 // there: what each shows is checked).
-func gpuTools(ctx context.Context, c sandbox.Container, tool string) ([]string, error) {
+func gpuTools(ctx context.Context, c ctrexec.Container, tool string) ([]string, error) {
 	paths := []string{tool}
 	if tool == "" {
-		res, err := c.Exec(ctx, []string{"sh", "-c", "for t in gpuinfo nvidia-smi; do command -v $t; done; true"}, sandbox.ExecOptions{})
+		res, err := c.Exec(ctx, []string{"sh", "-c", "for t in gpuinfo nvidia-smi; do command -v $t; done; true"}, ctrexec.ExecOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("exec in %s: %w", c, err)
 		}
@@ -96,7 +97,7 @@ func (r *podRun) compareView(name, session, tool string, out []byte, code int) C
 			cause := "the library is not loaded in this session, or it did not get the limit"
 			fix := "see the checks above"
 			if session == "login" {
-				cause = "a login session has no environment: the limit reaches it only through " + containerLimitsFile
+				cause = "a login session has no environment: the limit reaches it only through " + limitsfile.ContainerMountPath
 				if r.mode == v1.LimitDeliveryEnv {
 					cause += ", and the pod runs in env mode"
 					fix = "switch the pod to file mode (see delivery) and recreate it"
@@ -151,7 +152,7 @@ func (r *podRun) checkExecView(ctx context.Context) Check {
 		return c
 	}
 	return r.compareViews(name, "exec", cmds, func(cmd string) ([]byte, int, error) {
-		res, err := r.c.Exec(ctx, []string{"sh", "-c", cmd}, sandbox.ExecOptions{})
+		res, err := r.c.Exec(ctx, []string{"sh", "-c", cmd}, ctrexec.ExecOptions{})
 		return res.Stdout, res.ExitCode, err
 	})
 }
@@ -166,8 +167,8 @@ func (r *podRun) checkLoginView(ctx context.Context) Check {
 	var noLogin *Check
 	check := r.compareViews(name, "login", cmds, func(cmd string) ([]byte, int, error) {
 		res, err := r.d.login()(ctx, r.c, cmd)
-		if errors.Is(err, sandbox.ErrUnsupported) {
-			w := warn(name, "no login session: "+err.Error(), "", "install su (and a user "+sandbox.TenantUser+") in the image to check login sessions")
+		if errors.Is(err, ctrexec.ErrUnsupported) {
+			w := warn(name, "no login session: "+err.Error(), "", "install su (and a user "+ctrexec.TenantUser+") in the image to check login sessions")
 			noLogin = &w
 		} else if err != nil {
 			w := warn(name, "no login session: "+err.Error(), "", "")

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/limitbed/limitbed/plugin/annotations"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
@@ -32,6 +31,18 @@ type devices struct {
 }
 
 func (d devices) ContainerDevices(context.Context) ([]ContainerDevices, error) { return d.list, d.err }
+
+// nodePods is the API server's pods of the node (its client, kubesource.APIServer, is held to
+// listing this node's pods only by its own test).
+type nodePods []*corev1.Pod
+
+func (n nodePods) NodePods(context.Context) ([]corev1.Pod, error) {
+	out := make([]corev1.Pod, len(n))
+	for i, p := range n {
+		out[i] = *p
+	}
+	return out, nil
+}
 
 func pod(name, uid, node string, placed annotations.PodDevices, ctrs ...corev1.Container) *corev1.Pod {
 	p := &corev1.Pod{
@@ -58,8 +69,8 @@ func writeLimits(t *testing.T, dir, key, body string) {
 // fails. A container's own files or region play no part.
 func TestSnapshot(t *testing.T) {
 	dir := t.TempDir()
-	const u1, u2, u3, u4 = "11111111-0000-4000-8000-000000000001", "22222222-0000-4000-8000-000000000002", "33333333-0000-4000-8000-000000000003", "44444444-0000-4000-8000-000000000004"
-	kube := fake.NewClientset(
+	const u1, u2, u3 = "11111111-0000-4000-8000-000000000001", "22222222-0000-4000-8000-000000000002", "33333333-0000-4000-8000-000000000003"
+	kube := nodePods{
 		// file mode, two GPUs placed B then A; the kubelet lists A first.
 		pod("two", u1, "n1", annotations.PodDevices{{{UUID: gpuB, UsedMem: 1000}, {UUID: gpuA, UsedMem: 2000}}},
 			corev1.Container{Name: "main"}),
@@ -69,9 +80,7 @@ func TestSnapshot(t *testing.T) {
 			corev1.Container{Name: "sidecar"}),
 		// MIG.
 		pod("mig", u3, "n1", annotations.PodDevices{{{UUID: migC}}}, corev1.Container{Name: "main"}),
-		// another node's pod, returned by a server that ignores the selector, is dropped.
-		pod("other", u4, "n2", nil, corev1.Container{Name: "main"}),
-	)
+	}
 	writeLimits(t, dir, u1+"_main", "CUDA_DEVICE_MEMORY_LIMIT_0=1000m\nCUDA_DEVICE_MEMORY_LIMIT_1=2000m\nCUDA_DEVICE_SM_LIMIT=50\nCUDA_TASK_PRIORITY=2\n")
 	// The pod's region and its environment would say anything; nothing reads them.
 	devs := devices{list: []ContainerDevices{
@@ -81,7 +90,7 @@ func TestSnapshot(t *testing.T) {
 		{Namespace: "team", Pod: "mig", Container: "main", Resource: "nvidia.com/gpu", DeviceIDs: []string{migC}},
 	}}
 	known := map[string]bool{gpuA: true, gpuB: true, migC: true}
-	src := &Sources{Pods: &APIServer{Kube: kube, NodeName: "n1"}, Devices: devs, ContainersDir: dir, KnownGPUs: known}
+	src := &Sources{Pods: kube, Devices: devs, ContainersDir: dir, KnownGPUs: known}
 	snap, err := src.Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)

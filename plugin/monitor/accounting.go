@@ -15,6 +15,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // Driver-truth accounting: every period the monitor reads the driver's
@@ -68,12 +69,16 @@ type Accounting struct {
 	GrantDir      string
 	ComputeMargin float64
 	Now           func() time.Time
-	Logger        klog.Logger
+	// Boottime is the time since boot as /proc counts process start times; nil: CLOCK_BOOTTIME.
+	Boottime func() time.Duration
+	Logger   klog.Logger
 
 	mu   sync.Mutex
 	last *Report
 
 	killed   map[identity.Key]int     // kills so far, by container (under mu)
+	changed  map[string]int           // records whose PID named another process, by where (under mu)
+	ties     map[recordKey]*recordTie // the process each record of the driver's list stands for (tie.go)
 	history  map[procKey]*procHistory // only Pass touches it
 	procs    map[int]identity.Process // what each PID's /proc said, while its start time holds
 	episodes map[episodeKey]bool      // (container, GPU, PID) already reported
@@ -91,6 +96,10 @@ type Report struct {
 	Unattributed []ProcessUsage
 	// Killed are the processes this pass ended.
 	Killed []ProcessUsage
+	// Changed are records of the driver's list whose PID names another process than the one
+	// the record was first seen with, in another container or none (tie.go): reported, not
+	// attributed, never signalled.
+	Changed []ProcessUsage
 	// Errors are devices or processes that could not be read.
 	Errors []string
 	// Compute is every container's compute on each GPU the scheduler drives it on, and
@@ -111,6 +120,9 @@ type ProcessUsage struct {
 	// libvgpu.so), or "" when the region could not be read.
 	InRegion string
 	Key      identity.Key // zero for an unattributed process
+	// Changed: the PID names another process of the same container than the one the driver's
+	// record was first seen with (tie.go); it is judged with its container, never signalled.
+	Changed bool
 }
 
 // ContainerUsage is one container's memory on one GPU, by the driver.
@@ -186,10 +198,13 @@ func (a *Accounting) Pass(ctx context.Context) (*Report, error) {
 	if a.Now != nil {
 		now = a.Now
 	}
+	var listed listing // when the list was taken: what started later is not a process it names
+	listed.from = a.boottimeTicks()
 	devs, err := a.Driver.Processes()
 	if err != nil {
 		return nil, fmt.Errorf("driver process list: %w", err)
 	}
+	listed.to = a.boottimeTicks()
 	rep := &Report{Taken: now()}
 	snap, err := a.Identity.Snapshot(ctx)
 	if err != nil {
@@ -197,7 +212,7 @@ func (a *Accounting) Pass(ctx context.Context) (*Report, error) {
 		rep.Errors = append(rep.Errors, err.Error())
 		snap = identity.NewSnapshot(rep.Taken, nil)
 	}
-	groups := a.attribute(devs, snap, rep)
+	groups := a.attribute(devs, snap, listed, rep)
 	a.judge(groups, rep)
 	a.explain(rep)
 	a.enforce(ctx, rep)
@@ -220,34 +235,31 @@ type groupKey struct {
 }
 
 // attribute maps every listed process to its container, grouped per
-// container and GPU; processes of no known container go to Unattributed.
-func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapshot, rep *Report) map[groupKey]*ContainerUsage {
-	root := a.ProcRoot
-	if root == "" {
-		root = "/proc"
-	}
+// container and GPU; processes of no known container go to Unattributed, and
+// records whose PID names another process than the one they stand for
+// (tie.go) to Changed.
+func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapshot, l listing, rep *Report) map[groupKey]*ContainerUsage {
 	if a.history == nil {
 		a.history = map[procKey]*procHistory{}
 	}
-	seen := map[procKey]bool{}
-	groups := map[groupKey]*ContainerUsage{}
-	type read struct {
-		proc identity.Process
-		err  error
+	if a.ties == nil {
+		a.ties = map[recordKey]*recordTie{}
 	}
-	pass := map[int]read{} // a process on several GPUs is read once
+	reads := a.readListed(devs)
+	a.tieListed(devs, reads, l)
+	seen := map[procKey]bool{}
+	listed, read := map[recordKey]bool{}, map[string]bool{}
+	groups := map[groupKey]*ContainerUsage{}
 	for _, d := range devs {
 		if d.Err != nil {
 			rep.Errors = append(rep.Errors, d.Err.Error())
 			continue
 		}
+		read[d.UUID] = true
 		for _, p := range d.Processes {
-			r, ok := pass[p.PID]
-			if !ok {
-				r.proc, r.err = a.readProcess(root, p.PID)
-				pass[p.PID] = r
-			}
-			proc, err := r.proc, r.err
+			rk := recordKey{d.UUID, p.PID}
+			listed[rk] = true
+			proc, err := reads[p.PID].proc, reads[p.PID].err
 			if errors.Is(err, identity.ErrNoProcess) {
 				continue // ended since the driver listed it
 			}
@@ -258,6 +270,21 @@ func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapsh
 				rep.Errors = append(rep.Errors, fmt.Sprintf("process %d on %s: the driver does not report its memory", p.PID, d.UUID))
 			}
 			pu := ProcessUsage{GPU: d.UUID, PID: p.PID, NSPID: proc.NSPID, StartTime: proc.StartTime, UsedBytes: p.UsedBytes}
+			if err == nil {
+				tie := a.ties[rk]
+				if tie == nil { // not tied yet (tieListed): judged next pass
+					rep.Changed = append(rep.Changed, pu)
+					continue
+				}
+				if changed, same := tie.changed(proc); changed {
+					a.noteChanged(tie, pu, proc, same)
+					if !same {
+						rep.Changed = append(rep.Changed, pu)
+						continue
+					}
+					pu.Changed = true
+				}
+			}
 			pk := procKey{pid: p.PID, start: proc.StartTime, gpu: d.UUID}
 			seen[pk] = true
 			a.observe(pk, p.UsedBytes, rep.Taken)
@@ -266,20 +293,60 @@ func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapsh
 				rep.Unattributed = append(rep.Unattributed, pu)
 				continue
 			}
-			pu.Key = c.Key
-			gk := groupKey{c.Key, d.UUID}
-			g := groups[gk]
-			if g == nil {
-				g = &ContainerUsage{Container: c, GPU: d.UUID, Index: c.GPUIndex(d.UUID)}
-				groups[gk] = g
-			}
-			g.UsedBytes += p.UsedBytes
-			g.Processes = append(g.Processes, pu)
-			if p.Unknown {
-				g.Why = "the driver does not report the memory of one of its processes"
+			a.group(groups, c, pu, p.Unknown)
+		}
+	}
+	a.forget(seen, reads)
+	a.dropTies(listed, read)
+	return groups
+}
+
+// readListed reads the /proc of every PID the driver listed, once each (a process on several GPUs).
+func (a *Accounting) readListed(devs []gpu.DeviceProcesses) map[int]procRead {
+	root := a.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	reads := map[int]procRead{}
+	for _, d := range devs {
+		if d.Err != nil {
+			continue
+		}
+		for _, p := range d.Processes {
+			if _, ok := reads[p.PID]; !ok {
+				var r procRead
+				r.proc, r.err = a.readProcess(root, p.PID)
+				reads[p.PID] = r
 			}
 		}
 	}
+	return reads
+}
+
+// group adds process pu of container c to its group of c on pu's GPU.
+func (a *Accounting) group(groups map[groupKey]*ContainerUsage, c *identity.Container, pu ProcessUsage, unknown bool) {
+	pu.Key = c.Key
+	gk := groupKey{c.Key, pu.GPU}
+	g := groups[gk]
+	if g == nil {
+		g = &ContainerUsage{Container: c, GPU: pu.GPU, Index: c.GPUIndex(pu.GPU)}
+		groups[gk] = g
+	}
+	g.UsedBytes += pu.UsedBytes
+	g.Processes = append(g.Processes, pu)
+	if unknown {
+		g.Why = "the driver does not report the memory of one of its processes"
+	}
+}
+
+// procRead is what one pass read of a PID's /proc.
+type procRead struct {
+	proc identity.Process
+	err  error
+}
+
+// forget drops the history of processes not seen this pass, and the /proc reads of PIDs not listed.
+func (a *Accounting) forget(seen map[procKey]bool, pass map[int]procRead) {
 	for k := range a.history {
 		if !seen[k] {
 			delete(a.history, k)
@@ -290,7 +357,6 @@ func (a *Accounting) attribute(devs []gpu.DeviceProcesses, snap *identity.Snapsh
 			delete(a.procs, pid)
 		}
 	}
-	return groups
 }
 
 // readProcess reads pid's identity, from /proc the first time and, while its start time holds (the
@@ -418,5 +484,5 @@ func (a *Accounting) explain(rep *Report) {
 }
 
 func (a *Accounting) regionPath(k identity.Key) string {
-	return filepath.Join(a.Dir, k.String(), UsageCacheName)
+	return filepath.Join(a.Dir, k.String(), paths.UsageCacheName)
 }

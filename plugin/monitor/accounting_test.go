@@ -21,6 +21,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -37,24 +38,40 @@ const (
 
 // fakeDriver is a driver whose process lists the test sets.
 type fakeDriver struct {
-	mu   sync.Mutex
-	devs []gpu.DeviceProcesses
-	err  error
+	mu    sync.Mutex
+	devs  []gpu.DeviceProcesses
+	err   error
+	calls int
+	// onList, when set, runs at each call (n counts from 0) once the list is taken; a non-nil
+	// result replaces the list of that call.
+	onList func(n int) []gpu.DeviceProcesses
 }
 
 func (d *fakeDriver) Processes() ([]gpu.DeviceProcesses, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.devs, d.err
+	devs, err, n, hook := d.devs, d.err, d.calls, d.onList
+	d.calls++
+	d.mu.Unlock()
+	if hook != nil {
+		if alt := hook(n); alt != nil {
+			return alt, err
+		}
+	}
+	return devs, err
 }
 
 func (d *fakeDriver) set(procs map[string][]gpu.Process) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.devs = nil
+	d.devs = deviceLists(procs)
+}
+
+func deviceLists(procs map[string][]gpu.Process) []gpu.DeviceProcesses {
+	var devs []gpu.DeviceProcesses
 	for _, g := range []string{gpuA, gpuB} {
-		d.devs = append(d.devs, gpu.DeviceProcesses{UUID: g, Processes: procs[g]})
+		devs = append(devs, gpu.DeviceProcesses{UUID: g, Processes: procs[g]})
 	}
+	return devs
 }
 
 // fakeProc writes /proc/<pid>/{stat,cgroup,status} for a process of container cid (as a Docker
@@ -307,7 +324,7 @@ func TestAccountingCause(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join(dir, UsageCacheName)
+			path := filepath.Join(dir, paths.UsageCacheName)
 			if err := os.WriteFile(path, c.spec.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -26,6 +26,8 @@ import (
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/gpu/fakenvml"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/identity/kubesource"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -158,11 +160,11 @@ func benchNode(b *testing.B, seen bool) (*Accounting, func()) {
 		}
 		s := spec
 		s.Slots = []region.LimitbedSpecSlot{{Active: true, PID: int32(c.Process.Pid)}}
-		if err := os.WriteFile(filepath.Join(containers, key, UsageCacheName), s.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(containers, key, paths.UsageCacheName), s.Bytes(), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		if seen {
-			holdSlotLocks(b, filepath.Join(containers, key, UsageCacheName), 1)
+			holdSlotLocks(b, filepath.Join(containers, key, paths.UsageCacheName), 1)
 		}
 		var placed []string
 		var ids []string
@@ -178,8 +180,8 @@ func benchNode(b *testing.B, seen bool) (*Accounting, func()) {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + cid}}},
 		})
 	}
-	src := &identity.Sources{Pods: &identity.APIServer{Kube: fake.NewClientset(objects...), NodeName: "n1"},
-		Devices: &identity.Kubelet{Socket: pr.Socket}, ContainersDir: containers}
+	src := &identity.Sources{Pods: &kubesource.APIServer{Kube: fake.NewClientset(objects...), NodeName: "n1"},
+		Devices: &kubesource.Kubelet{Socket: pr.Socket}, ContainersDir: containers}
 	a := &Accounting{Driver: lister, Identity: src, Dir: containers, ProcRoot: proc, ContextAllowance: DefaultContextAllowance,
 		Enforcement: v1.EnforcementReport, Logger: klog.Background()}
 	return a, stop

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/gpu/fakenvml"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -65,7 +66,7 @@ func (n *bypassNode) hold(t *testing.T, uid, cid, preload, api string, mib int) 
 	t.Helper()
 	c := exec.Command(filepath.Join(n.p.Bin, "cudaprobe"), "--mib", strconv.Itoa(mib), "--api="+api, "--hold-until-signal")
 	c.Env = append(os.Environ(), "LD_PRELOAD="+preload, "LD_LIBRARY_PATH="+n.p.Lib,
-		"CUDA_DEVICE_MEMORY_LIMIT_0="+n.limitOf[uid], "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(n.dir, uid+"_main", UsageCacheName))
+		"CUDA_DEVICE_MEMORY_LIMIT_0="+n.limitOf[uid], "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(n.dir, uid+"_main", paths.UsageCacheName))
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestAccountingCatchesBypasses(t *testing.T) {
 	events := &fakeEvents{}
 	a := &Accounting{Driver: lister, Identity: n.ids, Dir: n.dir, ProcRoot: n.proc, ContextAllowance: 512 << 20,
 		Enforcement: v1.EnforcementKill, Killer: PidfdKiller{ProcRoot: n.proc}, Events: events, Logger: klog.Background()}
-	cache := filepath.Join(n.dir, uidT+"_main", UsageCacheName)
+	cache := filepath.Join(n.dir, uidT+"_main", paths.UsageCacheName)
 	// The counters' rewrite lets a process through the library up to the limit whatever the
 	// others hold (1000 + 2500 MiB under 3000). The limit's no longer does (the library enforces
 	// its own limit, whatever the region says): TestAccountingRegionLimitRewrite.
@@ -231,10 +232,10 @@ func TestAccountingRegionLimitRewrite(t *testing.T) {
 	n.container(uidT, cidT, 3000)
 	vgpu := filepath.Join(n.p.Lib, "libvgpu.so")
 	honest := n.hold(t, uidT, cidT, vgpu, "symbols", 1000)
-	rewriteRegion(t, filepath.Join(n.dir, uidT+"_main", UsageCacheName), regionMemLimit, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	rewriteRegion(t, filepath.Join(n.dir, uidT+"_main", paths.UsageCacheName), regionMemLimit, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	c := exec.Command(filepath.Join(n.p.Bin, "cudaprobe"), "--mib", "4096")
 	c.Env = append(os.Environ(), "LD_PRELOAD="+vgpu, "LD_LIBRARY_PATH="+n.p.Lib,
-		"CUDA_DEVICE_MEMORY_LIMIT_0="+n.limitOf[uidT], "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(n.dir, uidT+"_main", UsageCacheName))
+		"CUDA_DEVICE_MEMORY_LIMIT_0="+n.limitOf[uidT], "CUDA_DEVICE_MEMORY_SHARED_CACHE="+filepath.Join(n.dir, uidT+"_main", paths.UsageCacheName))
 	out, _ := c.Output()
 	if !strings.Contains(string(out), `"granted_mib":0`) || !strings.Contains(string(out), "CUDA_ERROR_OUT_OF_MEMORY") {
 		t.Fatalf("4096 MiB under a 3000 MiB limit after the region's limit was rewritten: %s", out)
@@ -254,11 +255,11 @@ func TestAccountingRegionLimitRewrite(t *testing.T) {
 	}
 }
 
-// fakeDriverLister is the driver's process list through fakegpu's real NVML (profile a16-16q),
-// shut down with the test.
-func fakeDriverLister(t *testing.T) *gpu.ProcessLister {
+// fakeDriverLister is the driver's process list through fakegpu's real NVML (profile a16-16q,
+// env: fakegpu's variables), shut down with the test.
+func fakeDriverLister(t *testing.T, env ...string) *gpu.ProcessLister {
 	t.Helper()
-	lib, _ := fakenvml.Setup(t, "a16-16q")
+	lib, _ := fakenvml.Setup(t, "a16-16q", env...)
 	lister := &gpu.ProcessLister{Lib: lib}
 	if err := lister.Init(); err != nil {
 		t.Fatal(err)

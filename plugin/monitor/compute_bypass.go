@@ -10,9 +10,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
@@ -119,7 +119,7 @@ func (a *Accounting) checkCompute(snap *identity.Snapshot, rep *Report) {
 	if err != nil {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("driver utilisation: %v", err))
 	}
-	busy := a.busyByContainer(devs, snap, rep)
+	busy := a.busyByContainer(devs, rep)
 	seen, exceeded := map[groupKey]bool{}, map[groupKey]bool{}
 	for key, g := range grants {
 		for _, e := range g.GPU {
@@ -170,11 +170,11 @@ func (a *Accounting) readGrants(rep *Report) map[identity.Key]schedproto.Grant {
 	}
 	out := map[identity.Key]schedproto.Grant{}
 	for _, de := range ents {
-		name, ok := strings.CutSuffix(de.Name(), allocate.GrantSuffix)
+		name, ok := strings.CutSuffix(de.Name(), schedproto.GrantSuffix)
 		if !ok || !de.Type().IsRegular() {
 			continue
 		}
-		uid, ctr, err := allocate.ParseContainerKey(name)
+		uid, ctr, err := paths.ParseContainerKey(name)
 		if err != nil {
 			continue // not a name the plugin makes
 		}
@@ -188,17 +188,16 @@ func (a *Accounting) readGrants(rep *Report) map[identity.Key]schedproto.Grant {
 	return out
 }
 
-// busyByContainer attributes every sampled process to its container, per container and GPU; a
-// process of no known container is left out (the memory accounting reports it).
-func (a *Accounting) busyByContainer(devs []gpu.DeviceBusy, snap *identity.Snapshot, rep *Report) map[groupKey][]ComputeProcess {
-	root := a.ProcRoot
-	if root == "" {
-		root = "/proc"
-	}
-	inRegion := map[int]string{}
+// busyByContainer attributes every sampled process to its container, per container and GPU,
+// through the memory accounting's attribution of the same pass: a sample counts for a container
+// only when the driver's list of that GPU holds its PID and the pass attributed that record to
+// the container (tie.go: a record whose PID now names a process of another container, or none, is
+// not). A process of no known container is left out (the memory accounting reports it).
+func (a *Accounting) busyByContainer(devs []gpu.DeviceBusy, rep *Report) map[groupKey][]ComputeProcess {
+	listed := map[recordKey]ProcessUsage{}
 	for _, u := range rep.Usage {
 		for _, p := range u.Processes {
-			inRegion[p.PID] = p.InRegion
+			listed[recordKey{p.GPU, p.PID}] = p
 		}
 	}
 	out := map[groupKey][]ComputeProcess{}
@@ -208,17 +207,12 @@ func (a *Accounting) busyByContainer(devs []gpu.DeviceBusy, snap *identity.Snaps
 			continue
 		}
 		for _, p := range d.Processes {
-			proc, err := a.readProcess(root, p.PID)
-			if err != nil {
-				continue // ended since it was sampled, or unreadable: not attributable
-			}
-			c, ok := snap.Of(proc)
+			pu, ok := listed[recordKey{d.UUID, p.PID}]
 			if !ok {
-				continue
+				continue // not listed, unattributed, or its PID names another container's process
 			}
-			gk := groupKey{c.Key, d.UUID}
-			out[gk] = append(out[gk], ComputeProcess{ProcessUsage: ProcessUsage{GPU: d.UUID, PID: p.PID, NSPID: proc.NSPID,
-				StartTime: proc.StartTime, InRegion: inRegion[p.PID], Key: c.Key}, Busy: p.Share})
+			gk := groupKey{pu.Key, d.UUID}
+			out[gk] = append(out[gk], ComputeProcess{ProcessUsage: pu, Busy: p.Share})
 		}
 	}
 	return out

@@ -25,6 +25,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
@@ -83,7 +84,7 @@ func (n *schedNode) container(name, uid string, limit int) {
 	key := uid + "_main"
 	n.key[name] = key
 	vars := map[string]string{libvars.SMLimit: strconv.Itoa(limit), libvars.CorePolicy: limitsfile.PolicyForce,
-		libvars.TaskPriority: "1", libvars.SharedCache: "/usr/local/vgpu/" + UsageCacheName}
+		libvars.TaskPriority: "1", libvars.SharedCache: "/usr/local/vgpu/" + paths.UsageCacheName}
 	data, err := limitsfile.Render(vars)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func (n *schedNode) container(name, uid string, limit int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.Publish(filepath.Join(n.grants, key+timeslice.GrantSuffix), g); err != nil {
+	if err := pub.Publish(filepath.Join(n.grants, key+schedproto.GrantSuffix), g); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -133,11 +134,11 @@ func (n *schedNode) launch(name, preload string, seconds, kernelUS int) (*exec.C
 	state := strings.TrimPrefix(n.gpuEnv[2], "FAKEGPU_STATE_DIR=")
 	args := []string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, n.cgroup[name],
 		filepath.Join(n.p.Root, "hamicore", "test", "privatens"), "--bind", dir, "--bind", state, "--mount", "/usr/local/vgpu=" + dir,
-		"--mount-ro", schedproto.ContainerGrantPath + "=" + filepath.Join(n.grants, n.key[name]+timeslice.GrantSuffix), "--",
+		"--mount-ro", schedproto.ContainerGrantPath + "=" + filepath.Join(n.grants, n.key[name]+schedproto.GrantSuffix), "--",
 		filepath.Join(n.p.Bin, "hamicore-launchprobe"), "--seconds", strconv.Itoa(seconds), "--kernel-us", strconv.Itoa(kernelUS)}
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Env = append(append(os.Environ(), n.gpuEnv...), "FAKEGPU_CONTAINER="+name, "LD_LIBRARY_PATH="+n.p.Lib, "LD_PRELOAD="+preload,
-		libvars.SharedCache+"="+filepath.Join(dir, UsageCacheName), libvars.SMLimit+"="+strconv.Itoa(n.limit[name]), libvars.CorePolicy+"="+limitsfile.PolicyForce)
+		libvars.SharedCache+"="+filepath.Join(dir, paths.UsageCacheName), libvars.SMLimit+"="+strconv.Itoa(n.limit[name]), libvars.CorePolicy+"="+limitsfile.PolicyForce)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -152,10 +152,15 @@ func TestComputeCheck(t *testing.T) {
 			[]gpu.ProcessBusy{bypassBusy(0.9)}, 0, errors.New("nvml: unknown error"), false, nil, nil, "driver utilisation"},
 		{"a host process and an unknown container's", schedEntry{wait, 0, true, false}, false,
 			[]gpu.ProcessBusy{{PID: 300, Share: 0.5, Samples: 1}, {PID: 400, Share: 0.4, Samples: 1}}, 0, nil, true, nil, nil, ""},
+		// A sample of a PID the driver's list of the GPU does not hold (a real driver samples a
+		// process for a while after it ended; its PID may name another process by now).
+		{"a sampled PID the driver does not list", schedEntry{wait, 0, true, false}, false,
+			[]gpu.ProcessBusy{{PID: 102, Share: 0.9, Samples: 1}}, 0, nil, true, nil, nil, ""},
 	} {
 		for _, enf := range []v1.Enforcement{v1.EnforcementReport, v1.EnforcementKill} {
 			t.Run(tc.name+"/"+string(enf), func(t *testing.T) {
 				f := newAccounting(t, enf)
+				fakeProc(t, f.a.ProcRoot, 102, 9, 1005, cidT) // the tenant's, never listed by the driver
 				f.driver.set(lightProcs)
 				uids := []string{uidN}
 				if !tc.noGrant {

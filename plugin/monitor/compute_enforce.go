@@ -79,6 +79,9 @@ func (a *Accounting) judgeCompute(c *identity.Container, gpu string, obs []grant
 		if fits(rest) {
 			break
 		}
+		if p.Changed {
+			continue // its PID names another process of the container than the driver's record: never signalled
+		}
 		u.Offenders = append(u.Offenders, p)
 		rest -= p.Busy
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -128,7 +129,7 @@ func runNode(t *testing.T, seconds int, cs []container) map[string]probeOut {
 		cmd.Env = append([]string{
 			"LD_PRELOAD=" + filepath.Join(p.Lib, "libvgpu.so"),
 			"LD_LIBRARY_PATH=" + p.Lib,
-			"CUDA_DEVICE_MEMORY_SHARED_CACHE=" + filepath.Join(pod, UsageCacheName),
+			"CUDA_DEVICE_MEMORY_SHARED_CACHE=" + filepath.Join(pod, paths.UsageCacheName),
 			"FAKEGPU_PROFILE=2x-a16-16q",
 			fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", c.gpu),
 			"FAKEGPU_PROFILE_DIR=" + filepath.Join(p.Root, "fakegpu", "profiles"),
@@ -144,7 +145,7 @@ func runNode(t *testing.T, seconds int, cs []container) map[string]probeOut {
 		cmds[i] = cmd
 		if c.forge {
 			wg.Add(1)
-			go func() { defer wg.Done(); forgeRegion(ctx, filepath.Join(pod, UsageCacheName)) }()
+			go func() { defer wg.Done(); forgeRegion(ctx, filepath.Join(pod, paths.UsageCacheName)) }()
 		}
 	}
 	res := map[string]probeOut{}

@@ -26,11 +26,14 @@ var (
 		"GPU memory of one process by the driver's count, with its container (empty: no known container) and whether its container's usage region lists it (in_region: yes, no = it does not go through libvgpu.so, empty = not known).",
 		[]string{"gpu_uuid", "pid", "pod_uid", "container", "in_region"}, nil)
 	descUnattributed = prometheus.NewDesc(metricname.DriverUnattributed,
-		"GPU memory of processes that belong to no known container (the host, a pod the API server has not reported): reported, never killed.",
+		"GPU memory of processes that belong to no known container (the host, a pod the API server has not reported), or whose PID names another process than the one the driver's record was first seen with: reported, never killed.",
 		[]string{"gpu_uuid"}, nil)
 	descDriverKills = prometheus.NewDesc(metricname.DriverKills,
 		"Processes the monitor killed (enforcement: kill) for putting their container over its GPU memory limit.",
 		[]string{"pod_uid", "container"}, nil)
+	descDriverChanged = prometheus.NewDesc(metricname.DriverPIDChanged,
+		"Records of the driver's process list whose PID named another process than the one the record was first seen with (at=attribution: not attributed to the new process's container), and offenders whose PID no longer named the judged process just before the signal (at=kill): never signalled.",
+		[]string{"at"}, nil)
 	descDriverErrors = prometheus.NewDesc(metricname.DriverErrors,
 		"Devices or processes the last accounting pass could not read (or 1 when the identity could not be read).",
 		nil, nil)
@@ -49,7 +52,7 @@ var _ prometheus.Collector = (*DriverCollector)(nil)
 // Describe implements prometheus.Collector.
 func (d *DriverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, x := range []*prometheus.Desc{descDriverUsed, descDriverBound, descDriverOver, descDriverProcs, descDriverProcess,
-		descUnattributed, descDriverKills, descDriverErrors, descDriverPass} {
+		descUnattributed, descDriverKills, descDriverChanged, descDriverErrors, descDriverPass} {
 		ch <- x
 	}
 }
@@ -58,6 +61,9 @@ func (d *DriverCollector) Describe(ch chan<- *prometheus.Desc) {
 func (d *DriverCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range d.Accounting.kills() {
 		ch <- prometheus.MustNewConstMetric(descDriverKills, prometheus.CounterValue, float64(n), string(k.PodUID), k.Container)
+	}
+	for at, n := range d.Accounting.changedCounts() {
+		ch <- prometheus.MustNewConstMetric(descDriverChanged, prometheus.CounterValue, float64(n), at)
 	}
 	rep := d.Accounting.Last()
 	if rep == nil {
@@ -85,7 +91,7 @@ func (d *DriverCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	stray := map[string]float64{}
-	for _, p := range rep.Unattributed {
+	for _, p := range append(rep.Unattributed[:len(rep.Unattributed):len(rep.Unattributed)], rep.Changed...) {
 		stray[p.GPU] += float64(p.UsedBytes)
 		gauge(descDriverProcess, float64(p.UsedBytes), p.GPU, strconv.Itoa(p.PID), "", "", "")
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -31,14 +33,26 @@ type Killer interface {
 }
 
 // PidfdKiller kills through a pidfd: the descriptor pins one process, and
-// the process is checked again after it is taken (start time, cgroup), so a
-// PID that ended and was reused meanwhile is never signalled.
+// the process is read again after it is taken (start time, cgroup of a live
+// thread), so a PID that ended and was reused meanwhile is never signalled:
+// the check and the signal name the same process. Where the kernel has no
+// pidfd_open (Linux 5.1 and 5.2) the process's /proc directory is the
+// descriptor; where it cannot signal through a descriptor at all (before
+// 5.1), nothing is signalled (errNoPidfd): a plain kill(2) could reach a
+// process that took the PID after the check.
 type PidfdKiller struct {
 	ProcRoot string // "/proc" when empty
+
+	// pidfdOpen and sendSignal are the system calls; tests play older kernels with them.
+	pidfdOpen  func(pid, flags int) (int, error)
+	sendSignal func(fd int, sig unix.Signal) error
 }
 
 // errChanged is returned when the PID no longer names the judged process.
 var errChanged = errors.New("the PID no longer names the judged process")
+
+// errNoPidfd is returned where the kernel cannot signal a process through a descriptor.
+var errNoPidfd = errors.New("this kernel cannot signal a process through a descriptor (Linux 5.1 or later): not killed, only reported")
 
 // Kill implements Killer.
 func (k PidfdKiller) Kill(p ProcessUsage, c *identity.Container) error {
@@ -46,9 +60,9 @@ func (k PidfdKiller) Kill(p ProcessUsage, c *identity.Container) error {
 	if root == "" {
 		root = "/proc"
 	}
-	fd, err := unix.PidfdOpen(p.PID, 0)
+	fd, err := k.open(root, p.PID)
 	if err != nil {
-		return fmt.Errorf("pidfd_open %d: %w", p.PID, err)
+		return err
 	}
 	defer unix.Close(fd)
 	now, err := identity.ReadProcess(root, p.PID)
@@ -58,10 +72,39 @@ func (k PidfdKiller) Kill(p ProcessUsage, c *identity.Container) error {
 	if now.StartTime != p.StartTime || now.ContainerID == "" || now.ContainerID != c.ID || (now.PodUID != "" && now.PodUID != c.PodUID) {
 		return fmt.Errorf("process %d: %w (start %d, container %q; judged start %d in %q)", p.PID, errChanged, now.StartTime, now.ContainerID, p.StartTime, c.ID)
 	}
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+	send := k.sendSignal
+	if send == nil {
+		send = func(fd int, sig unix.Signal) error { return unix.PidfdSendSignal(fd, sig, nil, 0) }
+	}
+	if err := send(fd, unix.SIGKILL); err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			return fmt.Errorf("process %d: %w", p.PID, errNoPidfd)
+		}
 		return fmt.Errorf("pidfd_send_signal SIGKILL to %d: %w", p.PID, err)
 	}
 	return nil
+}
+
+// open returns a descriptor of process pid: a pidfd, or its /proc directory where the kernel has
+// no pidfd_open (pidfd_send_signal takes either).
+func (k PidfdKiller) open(root string, pid int) (int, error) {
+	open := k.pidfdOpen
+	if open == nil {
+		open = unix.PidfdOpen
+	}
+	fd, err := open(pid, 0)
+	if err == nil {
+		return fd, nil
+	}
+	if !errors.Is(err, unix.ENOSYS) {
+		return -1, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("no pidfd_open on this kernel, and open %s: %w", dir, err)
+	}
+	return fd, nil
 }
 
 // episodeKey is one over-limit episode: a container, a GPU, an offender.
@@ -102,7 +145,20 @@ func (a *Accounting) enforce(_ context.Context, rep *Report) {
 		if killer == nil {
 			killer = PidfdKiller{ProcRoot: a.ProcRoot}
 		}
+		if o.Changed {
+			// Its PID names another process of the container than the one the driver's record
+			// stands for (tie.go): the memory is the container's, the process may not be the cause.
+			if !a.episodes[ek] {
+				a.countChanged(ChangedAtKill)
+				a.Logger.Info("Offending process not killed: its PID names another process than the driver's record", "pod", u.Container.Pod.String(),
+					"container", u.Container.Container, "pid", o.PID)
+			}
+			continue
+		}
 		if err := killer.Kill(*o, u.Container); err != nil {
+			if errors.Is(err, errChanged) {
+				a.countChanged(ChangedAtKill)
+			}
 			a.Logger.Error(err, "Offending process not killed", "pod", u.Container.Pod.String(), "container", u.Container.Container, "pid", o.PID)
 			continue
 		}

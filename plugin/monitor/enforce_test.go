@@ -87,7 +87,7 @@ hami_container_driver_memory_over_limit{container="main",device_index="0",gpu_uu
 # TYPE hami_container_driver_memory_bytes gauge
 hami_container_driver_memory_bytes{container="main",device_index="0",gpu_uuid="` + gpuA + `",pod_uid="` + uidN + `"} 1.3631488e+09
 hami_container_driver_memory_bytes{container="main",device_index="0",gpu_uuid="` + gpuA + `",pod_uid="` + uidT + `"} 5.972688896e+09
-# HELP hami_node_driver_unattributed_memory_bytes GPU memory of processes that belong to no known container (the host, a pod the API server has not reported): reported, never killed.
+# HELP hami_node_driver_unattributed_memory_bytes GPU memory of processes that belong to no known container (the host, a pod the API server has not reported), or whose PID names another process than the one the driver's record was first seen with: reported, never killed.
 # TYPE hami_node_driver_unattributed_memory_bytes gauge
 hami_node_driver_unattributed_memory_bytes{gpu_uuid="` + gpuA + `"} 5.24288e+08
 # HELP hami_monitor_driver_kills_total Processes the monitor killed (enforcement: kill) for putting their container over its GPU memory limit.

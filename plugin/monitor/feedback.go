@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitbed/limitbed/plugin/identity"
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -80,19 +81,19 @@ func (f *Feedback) Pass(ctx context.Context) (PassResult, error) {
 		snap = identity.NewSnapshot(f.now(), nil)
 	}
 	var keys []Entry
-	var paths []string
+	var files []string
 	for _, de := range entries {
 		if e, ok := ParseEntry(de.Name(), de.IsDir()); ok && e.Kind == KindDir {
 			keys = append(keys, e)
-			paths = append(paths, filepath.Join(f.Dir, e.Name, UsageCacheName))
+			files = append(files, filepath.Join(f.Dir, e.Name, paths.UsageCacheName))
 		}
 	}
 	timeout := f.Timeout
 	if timeout <= 0 {
 		timeout = DefaultScrapeTimeout
 	}
-	mapped := safefile.RunAll(&f.inflight, paths, timeout, mapHeader, func(mem []byte) { _ = unix.Munmap(mem) })
-	states, regions := f.readStates(keys, paths, mapped, snap)
+	mapped := safefile.RunAll(&f.inflight, files, timeout, mapHeader, func(mem []byte) { _ = unix.Munmap(mem) })
+	states, regions := f.readStates(keys, files, mapped, snap)
 	defer func() {
 		for _, r := range regions {
 			_ = unix.Munmap(r.mem)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitbed/limitbed/internal/tier"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -32,11 +33,11 @@ func TestFeedbackNeverOpensTenantNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev := filepath.Join(dir, "pdev_main", UsageCacheName)
+	dev := filepath.Join(dir, "pdev_main", paths.UsageCacheName)
 	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil { // /dev/null's numbers
 		t.Fatal(err)
 	}
-	fifo := filepath.Join(dir, "pfifo_main", UsageCacheName)
+	fifo := filepath.Join(dir, "pfifo_main", paths.UsageCacheName)
 	if err := unix.Mkfifo(fifo, 0o666); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestFeedbackNeverOpensTenantNodes(t *testing.T) {
 	if err := os.WriteFile(host, region.LimitbedSpec{Priority: 1, Recent: 1}.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(host, filepath.Join(dir, "plink_main", UsageCacheName)); err != nil {
+	if err := os.Symlink(host, filepath.Join(dir, "plink_main", paths.UsageCacheName)); err != nil {
 		t.Fatal(err)
 	}
 	good := computeRegion(t, dir, "pgood_main", 1, 1, regionGPU(0))

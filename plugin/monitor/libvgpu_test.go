@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // TestRegionFromLibvgpu reads a region written by the real libvgpu.so: a
@@ -23,7 +24,7 @@ import (
 func TestRegionFromLibvgpu(t *testing.T) {
 	p := cbuild.Build(t)
 	tmp := t.TempDir()
-	cache := filepath.Join(tmp, UsageCacheName)
+	cache := filepath.Join(tmp, paths.UsageCacheName)
 	cmd := exec.Command(filepath.Join(p.Bin, "cudaprobe"), "--mib", "1000", "--hold", "30")
 	cmd.Env = []string{
 		"LD_PRELOAD=" + filepath.Join(p.Lib, "libvgpu.so"),

@@ -12,15 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
 	"github.com/limitbed/limitbed/plugin/libvars"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
 	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
-
-// UsageCacheName is the region file in a container directory, as the plugin names it.
-const UsageCacheName = allocate.UsageCacheName
 
 var (
 	descFileMemLimit = prometheus.NewDesc(metricname.MemoryLimit,

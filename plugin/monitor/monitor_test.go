@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/internal/fixtures"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -26,7 +27,7 @@ func TestCollector(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "uid1_main"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "uid1_main", UsageCacheName),
+	if err := os.WriteFile(filepath.Join(dir, "uid1_main", paths.UsageCacheName),
 		region.LimitbedSpec{
 			Limits: map[int]uint64{0: 3000 << 20}, UsedTotal: map[int]uint64{0: 3 << 20},
 			// Nobody holds the lock bytes: the first owner died, unreclaimed.
@@ -37,7 +38,7 @@ func TestCollector(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "uid2_side"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "uid2_side", UsageCacheName), []byte("garbage"), 0o666); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "uid2_side", paths.UsageCacheName), []byte("garbage"), 0o666); err != nil {
 		t.Fatal(err)
 	}
 	// On the same node, a pod whose library is upstream HAMi-core: its region
@@ -46,7 +47,7 @@ func TestCollector(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "uid3_main"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "uid3_main", UsageCacheName),
+	if err := os.WriteFile(filepath.Join(dir, "uid3_main", paths.UsageCacheName),
 		fixtures.Read(t, "hami-core-region/live-1024mib.cache.gz"), 0o666); err != nil {
 		t.Fatal(err)
 	}

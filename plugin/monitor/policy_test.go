@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -77,7 +78,7 @@ func computeRegion(t *testing.T, dir, name string, priority int32, recent uint32
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(d, UsageCacheName)
+	p := filepath.Join(d, paths.UsageCacheName)
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestFeedbackPass(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "pd_main"), 0o755); err != nil { // no region yet
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pd_main", UsageCacheName), []byte("short"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "pd_main", paths.UsageCacheName), []byte("short"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/limitbed/limitbed/internal/fixtures"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -19,7 +20,7 @@ import (
 
 func writeRegion(t *testing.T, b []byte) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), UsageCacheName)
+	p := filepath.Join(t.TempDir(), paths.UsageCacheName)
 	if err := os.WriteFile(p, b, 0o666); err != nil {
 		t.Fatal(err)
 	}

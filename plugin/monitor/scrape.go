@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // DefaultScrapeTimeout bounds how long one scrape waits for the containers'
@@ -27,14 +28,14 @@ func (c *Collector) readRegions(entries []Entry) map[string]regionResult {
 	if timeout <= 0 {
 		timeout = DefaultScrapeTimeout
 	}
-	paths := make([]string, len(entries))
+	files := make([]string, len(entries))
 	for i, e := range entries {
-		paths[i] = filepath.Join(c.Dir, e.Name, UsageCacheName)
+		files[i] = filepath.Join(c.Dir, e.Name, paths.UsageCacheName)
 	}
-	res := safefile.RunAll(&c.inflight, paths, timeout, c.Usage.ReadUsage, nil)
+	res := safefile.RunAll(&c.inflight, files, timeout, c.Usage.ReadUsage, nil)
 	out := make(map[string]regionResult, len(entries))
 	for i, e := range entries {
-		out[e.Name] = regionResult{res[paths[i]].Value, res[paths[i]].Err}
+		out[e.Name] = regionResult{res[files[i]].Value, res[files[i]].Err}
 	}
 	return out
 }

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/identity/kubesource"
 )
 
 // APIPods lists this node's pods from the API server.
@@ -18,7 +18,7 @@ var _ PodLister = (*APIPods)(nil)
 
 // ListPods implements PodLister.
 func (a *APIPods) ListPods(ctx context.Context) ([]PodRef, error) {
-	pods, err := (&identity.APIServer{Kube: a.Kube, NodeName: a.NodeName}).NodePods(ctx)
+	pods, err := (&kubesource.APIServer{Kube: a.Kube, NodeName: a.NodeName}).NodePods(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ var _ PodResourcesLister = (*KubeletPods)(nil)
 
 // ListPods implements PodResourcesLister.
 func (k *KubeletPods) ListPods(ctx context.Context) ([]PodRef, error) {
-	resp, err := (&identity.Kubelet{Socket: k.Socket}).List(ctx)
+	resp, err := (&kubesource.Kubelet{Socket: k.Socket}).List(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/internal/safefile"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // DefaultGrace is how long an entry must have been seen removable before a
@@ -55,7 +55,7 @@ type Entry struct {
 }
 
 // ParseEntry classifies name; ok is false for names the monitor must leave
-// alone: anything the plugin's allocate.ContainerKey could not have made, so
+// alone: anything the plugin's paths.ContainerKey could not have made, so
 // only a valid pod UID and container name reach a path or a metric label.
 func ParseEntry(name string, isDir bool) (Entry, bool) {
 	if base, ok := limitsfile.TempOwner(name); ok && !isDir {
@@ -81,7 +81,7 @@ func ParseEntry(name string, isDir bool) (Entry, bool) {
 }
 
 func parseKey(key string) (Entry, bool) {
-	uid, ctr, err := allocate.ParseContainerKey(key)
+	uid, ctr, err := paths.ParseContainerKey(key)
 	if err != nil {
 		return Entry{}, false
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,7 +67,7 @@ func TestParseEntry(t *testing.T) {
 		{"libvgpu.so", false, Entry{}, false},
 		{".hidden", true, Entry{}, false},
 		{"uid1_main.cache", false, Entry{}, false},
-		// Only what allocate.ContainerKey makes reaches a path or a metric
+		// Only what paths.ContainerKey makes reaches a path or a metric
 		// label: no name that a real API server would not have handed out.
 		{"uid1_Main", true, Entry{}, false},
 		{"uid1_ma\nin", true, Entry{}, false},
@@ -342,7 +343,7 @@ func (blockingLister) ListPods(ctx context.Context) ([]PodRef, error) {
 // swept, proving the sweeper was active; every file Allocate wrote survives.
 func TestSweepRacesAllocate(t *testing.T) {
 	hook := t.TempDir()
-	dir := allocate.ContainersDir(hook)
+	dir := paths.ContainersDir(hook)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

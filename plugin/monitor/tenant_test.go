@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/region"
 )
 
@@ -30,7 +31,7 @@ func tenantDir(t testing.TB, good int, bad map[string]func(path string) error) s
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, UsageCacheName), region, 0o666); err != nil {
+		if err := os.WriteFile(filepath.Join(d, paths.UsageCacheName), region, 0o666); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,7 +40,7 @@ func tenantDir(t testing.TB, good int, bad map[string]func(path string) error) s
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if err := mk(filepath.Join(d, UsageCacheName)); err != nil {
+		if err := mk(filepath.Join(d, paths.UsageCacheName)); err != nil {
 			t.Fatal(err)
 		}
 	}

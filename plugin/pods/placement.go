@@ -29,6 +29,11 @@ type Placement struct {
 	// all: they skipped the scheduler; or their own: not named by the lock).
 	// While there is one, no call can be told apart from theirs.
 	Contenders []Contender
+	// Answered are this node's pods whose allocation has begun or is done
+	// (bind-phase allocating or success), neither being deleted nor over:
+	// the pods an earlier answer of the plugin may be for, which a kubelet
+	// that restarted before it received that answer asks for again.
+	Answered []*corev1.Pod
 }
 
 // Contender is a pod that may be behind an Allocate call without a
@@ -72,6 +77,9 @@ func (c *Client) Placement(ctx context.Context, resource string) (Placement, err
 		if p.Spec.NodeName != c.NodeName {
 			continue
 		}
+		if answered(p) {
+			pl.Answered = append(pl.Answered, p.DeepCopy())
+		}
 		if pl.Refusal == nil && holder.Names(p.Namespace, p.Name) {
 			if why := c.placed(p); why != "" {
 				pl.Refusal = fmt.Errorf("node lock names pod %s/%s, but %s", p.Namespace, p.Name, why)
@@ -108,6 +116,19 @@ func (c *Client) placed(p *corev1.Pod) string {
 		return fmt.Sprintf("it has no usable %s", annotations.BindTime)
 	}
 	return ""
+}
+
+// answered reports whether p's allocation has begun or is done, and p is
+// neither being deleted nor over.
+func answered(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return false
+	}
+	switch annotations.Phase(p.Annotations[annotations.BindPhase]) {
+	case annotations.PhaseAllocating, annotations.PhaseSuccess:
+		return true
+	}
+	return false
 }
 
 // contender returns why p could be behind this call without an accepted

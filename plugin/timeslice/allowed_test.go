@@ -30,7 +30,7 @@ func obey(ctx context.Context, c *container) {
 
 func (n *node) entry(t *testing.T, key string) schedproto.GrantEntry {
 	t.Helper()
-	g, err := schedproto.ReadGrant(filepath.Join(n.grants, key+GrantSuffix))
+	g, err := schedproto.ReadGrant(filepath.Join(n.grants, key+schedproto.GrantSuffix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestAllowanceBeat(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
 			n.add("poda_main", limits("30", "force", "1"))
-			g, err := schedproto.OpenGrant(filepath.Join(n.grants, "poda_main"+GrantSuffix))
+			g, err := schedproto.OpenGrant(filepath.Join(n.grants, "poda_main"+schedproto.GrantSuffix))
 			if err != nil {
 				t.Fatal(err)
 			}

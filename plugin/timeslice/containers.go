@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
@@ -29,7 +28,7 @@ type ctr struct {
 }
 
 func (n *Node) open(key string) *ctr {
-	g, err := schedproto.OpenGrant(filepath.Join(n.GrantDir, key+GrantSuffix))
+	g, err := schedproto.OpenGrant(schedproto.GrantPath(n.GrantDir, key))
 	if err != nil {
 		n.Logger.Error(err, "Cannot map a grant file", "container", key)
 		return nil
@@ -81,7 +80,7 @@ func (n *Node) reopenReport(c *ctr) {
 	if c.report != nil {
 		n.withGPUs(c, func() { _ = c.report.Close(); c.report = nil })
 	}
-	r, err := schedproto.OpenReport(filepath.Join(n.ContainersDir, c.key, schedproto.ReportName))
+	r, err := schedproto.OpenReport(schedproto.ReportPath(n.ContainersDir, c.key))
 	if err != nil {
 		// Not created yet (no process launched, or the container removed it: its processes keep
 		// theirs and wait for grants that say nothing to them: its own loss): nothing pending.

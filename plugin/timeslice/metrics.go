@@ -2,28 +2,30 @@ package timeslice
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitbed/limitbed/plugin/monitor/metricname"
 )
 
 var (
-	descUsed = prometheus.NewDesc("vgpu_scheduler_container_gpu_seconds_total",
+	descUsed = prometheus.NewDesc(metricname.SchedulerGPUSeconds,
 		"GPU time charged to a container's slices on a GPU (overlapping drains halved)", []string{"gpu", "container"}, nil)
-	descSlices = prometheus.NewDesc("vgpu_scheduler_container_slices_total",
+	descSlices = prometheus.NewDesc(metricname.SchedulerSlices,
 		"slices granted to a container on a GPU", []string{"gpu", "container"}, nil)
-	descWait = prometheus.NewDesc("vgpu_scheduler_container_max_wait_seconds",
+	descWait = prometheus.NewDesc(metricname.SchedulerMaxWait,
 		"the longest a container owed a slice waited for it", []string{"gpu", "container"}, nil)
-	descSwitches = prometheus.NewDesc("vgpu_scheduler_gpu_switches_total",
+	descSwitches = prometheus.NewDesc(metricname.SchedulerSwitches,
 		"slices granted on a GPU", []string{"gpu"}, nil)
-	descOverlaps = prometheus.NewDesc("vgpu_scheduler_gpu_overlaps_total",
+	descOverlaps = prometheus.NewDesc(metricname.SchedulerOverlaps,
 		"slices that started before the last one's work drained (a kernel longer than the drain wait)", []string{"gpu"}, nil)
-	descIdle = prometheus.NewDesc("vgpu_scheduler_gpu_owed_idle_seconds_total",
+	descIdle = prometheus.NewDesc(metricname.SchedulerOwedIdle,
 		"time no slice ran while a container was owed one", []string{"gpu"}, nil)
-	descSpeed = prometheus.NewDesc("vgpu_scheduler_gpu_speed",
+	descSpeed = prometheus.NewDesc(metricname.SchedulerSpeed,
 		"the GPU's speed against full load that slices are charged by (its SM clock over the clock at full load; 1 when not known)", []string{"gpu"}, nil)
-	descClock = prometheus.NewDesc("vgpu_scheduler_gpu_sm_clock_mhz",
+	descClock = prometheus.NewDesc(metricname.SchedulerSMClock,
 		"the GPU's SM clock as the scheduler last read it (smoothed; 0: not read)", []string{"gpu"}, nil)
-	descFullClock = prometheus.NewDesc("vgpu_scheduler_gpu_full_load_sm_clock_mhz",
+	descFullClock = prometheus.NewDesc(metricname.SchedulerFullLoadClock,
 		"the GPU's SM clock at full load, as last learned (0: not known)", []string{"gpu"}, nil)
-	descCalibrations = prometheus.NewDesc("vgpu_scheduler_gpu_calibrations_total",
+	descCalibrations = prometheus.NewDesc(metricname.SchedulerCalibrations,
 		"times the GPU was filled with its limited containers' slices to learn its clock at full load", []string{"gpu"}, nil)
 )
 

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/schedproto"
 )
-
-// GrantSuffix names a container's grant file in the grant directory: <key>.grant.
-const GrantSuffix = ".grant"
 
 // Heartbeat is how often every grant word's sequence is bumped. libvgpu.so takes a word that has
 // not changed for 500 ms (LB_SCHED_DEAD_NS, docs/hamicore.md) for a scheduler that stopped.
@@ -92,7 +89,7 @@ func (n *Node) refresh(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, de := range ents {
-		key, ok := strings.CutSuffix(de.Name(), GrantSuffix)
+		key, ok := strings.CutSuffix(de.Name(), schedproto.GrantSuffix)
 		if !ok || key == "" || strings.HasPrefix(key, ".") || !de.Type().IsRegular() {
 			continue
 		}
@@ -128,7 +125,7 @@ func (n *Node) refresh(ctx context.Context) {
 // collect removes a grant file whose container directory has been gone for Grace (the node
 // monitor removes a dead pod's directory); it reports whether the key is gone.
 func (n *Node) collect(key string) bool {
-	if _, err := os.Lstat(filepath.Join(n.ContainersDir, key)); err == nil || !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(paths.ContainerDir(n.ContainersDir, key)); err == nil || !errors.Is(err, os.ErrNotExist) {
 		delete(n.orphan, key)
 		return false
 	}
@@ -148,7 +145,7 @@ func (n *Node) collect(key string) bool {
 		n.drop(c)
 	}
 	delete(n.orphan, key)
-	if err := os.Remove(filepath.Join(n.GrantDir, key+GrantSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(schedproto.GrantPath(n.GrantDir, key)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.Logger.Error(err, "Cannot remove a dead container's grant file", "container", key)
 	} else {
 		n.Logger.V(2).Info("Removed a dead container's grant file", "container", key)

@@ -64,7 +64,7 @@ func (n *node) add(key string, vars map[string]string) *container {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp := filepath.Join(n.grants, key+GrantSuffix)
+	gp := schedproto.GrantPath(n.grants, key)
 	if err := os.WriteFile(gp+".tmp", g, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestNodeCollectsAndReopens(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "grant file collected", func() bool {
-		_, err := os.Stat(filepath.Join(n.grants, "poda_main"+GrantSuffix))
+		_, err := os.Stat(schedproto.GrantPath(n.grants, "poda_main"))
 		return errors.Is(err, os.ErrNotExist)
 	})
 }

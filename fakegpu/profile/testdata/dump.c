@@ -1,29 +1,40 @@
 /*
  * Test driver of the profile readers' comparison (profile_c_test.go): parses each file named on
- * the command line with fakegpu's own parser and prints what it read, one canonical line per
- * block, or "error: <message>". The Go test prints the Go reader's result the same way.
+ * the command line with fakegpu's own parser and prints what it read, one line per block: every
+ * key of the block's scope in keys.def's order (the same X-macro the reader is built from), then
+ * what is derived; or "error: <message>". The Go test prints the Go reader's result the same way.
  */
 #include <stdio.h>
 
 #include "profile.h"
 
+#define PR_STR(n, b, f) printf(" %s=%s", n, (b)->f);
+#define PR_GPU_UUID PR_STR
+#define PR_MIG_UUID PR_STR
+#define PR_PCI PR_STR
+#define PR_U64(n, b, f) printf(" %s=%llu", n, (unsigned long long)(b)->f);
+#define PR_UINT(n, b, f) printf(" %s=%u", n, (b)->f);
+#define PR_ARCH PR_UINT
+#define PR_ONOFF PR_UINT
+#define PR_CC(n, b, f) printf(" %s=%u.%u", n, (b)->f##_major, (b)->f##_minor);
+
 static void dump(const fg_profile *p) {
-    printf("profile name=%s driver=%s cuda=%u nvml=%s context=%llu launch=%llu block=%llu fail_alloc=%s "
-           "nvml_error=%s lost_device=%s\n",
-           p->name, p->driver_version, p->cuda_version, p->nvml_version, (unsigned long long)p->context_mib,
-           (unsigned long long)p->launch_ns, (unsigned long long)p->block_ns, p->fail_alloc, p->nvml_error,
-           p->lost_device);
+    printf("profile name=%s", p->name);
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_IN_GLOBAL_##scope(PR_##type(#name, p, field))
+#include "../keys.def"
+    printf("\n");
     for (unsigned d = 0; d < p->ndev; d++) {
         const fg_device *v = &p->dev[d];
-        printf("device %u name=%s uuid=%s memory=%llu pci=%s pci_id=%u minor=%u arch=%u cc=%u.%u sm=%u mig=%u bar1=%llu\n",
-               d, v->name, v->uuid, (unsigned long long)v->memory_mib, v->pci_bus_id, v->pci_device_id, v->minor,
-               v->architecture, v->cc_major, v->cc_minor, v->sm_count, v->mig_enabled, (unsigned long long)v->bar1_mib);
+        printf("device %u", d);
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_IN_DEVICE_##scope(PR_##type(#name, v, field))
+#include "../keys.def"
+        printf("\n");
         for (unsigned m = 0; m < v->nmig; m++) {
             const fg_mig *g = &v->mig[m];
-            printf("mig %u.%u profile=%s uuid=%s memory=%llu gi=%u ci=%u sm=%u ce=%u dec=%u enc=%u jpg=%u ofa=%u slices=%u\n",
-                   d, m, g->profile, g->uuid, (unsigned long long)g->memory_mib, g->gpu_instance_id,
-                   g->compute_instance_id, g->sm_count, g->copy_engines, g->decoders, g->encoders, g->jpegs, g->ofas,
-                   g->slices);
+            printf("mig %u.%u", d, m);
+#define FG_KEY(scope, name, field, type, size, required, dflt) FG_IN_MIG_##scope(PR_##type(#name, g, field))
+#include "../keys.def"
+            printf(" slices=%u\n", g->slices);
         }
     }
 }

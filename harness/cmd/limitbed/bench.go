@@ -13,6 +13,9 @@ import (
 
 	"github.com/limitbed/limitbed/harness/computebench"
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // runGateBench: `limitbed bench gate`: the instructions libvgpu.so adds to a launch, natively, with
@@ -53,7 +56,8 @@ func runGateBench(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 // runPodFiles: `limitbed bench pod`: the files the device plugin writes at Allocate for a container
-// on a node with the compute scheduler (its limits file, cache directory and grant file), for
+// on a node with the compute scheduler (its limits file, cache directory and grant file, written
+// by the plugin's own Allocate), for
 // processes started by hand on a real GPU (scripts/gpu-check.sh, section sched).
 func runPodFiles(env *cliEnv, args []string) error {
 	fs := flag.NewFlagSet("bench pod", flag.ContinueOnError)
@@ -74,13 +78,12 @@ func runPodFiles(env *cliEnv, args []string) error {
 	if c.Policy == "none" {
 		return &exitError{2, fmt.Errorf("--container: policy none has no files")}
 	}
-	key := c.Name + "_main"
-	containers, grants := filepath.Join(*hook, "vgpu", "containers"), filepath.Join(*hook, "vgpu", "sched")
-	if err := computebench.RecordContainer(containers, grants, key, c, *gpu); err != nil {
+	_, resp, err := computebench.RecordContainer(*hook, c, *gpu)
+	if err != nil {
 		return &exitError{1, fmt.Errorf("bench pod: %w", err)}
 	}
-	fmt.Fprintf(env.stdout, "%s %s %s\n", filepath.Join(containers, key), filepath.Join(containers, key+".limits"),
-		filepath.Join(grants, key+".grant"))
+	fmt.Fprintf(env.stdout, "%s %s %s\n", computebench.MountHost(resp, paths.ContainerVGPUDir),
+		computebench.MountHost(resp, limitsfile.ContainerMountPath), computebench.MountHost(resp, schedproto.ContainerGrantPath))
 	return nil
 }
 
@@ -106,6 +109,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 // shared-GPU runs' (sharedFlags takes those).
 type computeFlags struct {
 	root, build, limits, workloads, policies, scenario, profile, schedBin string
+	records, section                                                      string
 	real, perWindow, asJSON, scheduler                                    bool
 	seconds                                                               int
 	tol                                                                   float64
@@ -143,6 +147,8 @@ func parseComputeFlags(env *cliEnv, args []string) (*computeFlags, error) {
 	fs.StringVar(&f.policies, "policies", "force,disable,default", "comma-separated policies")
 	fs.Float64Var(&f.tol, "tolerance", 0.02, "force: every 10 s window within the limit ± this; disable and default alone: ≥ 0.95")
 	fs.BoolVar(&f.perWindow, "windows", false, "also print every 1 s ratio")
+	fs.StringVar(&f.records, "records", "", "single-container runs: also write each run as a GPU-tier check and series into this run directory (docs/gpu-report.md)")
+	fs.StringVar(&f.section, "section", "compute", "with --records: the section the checks belong to")
 	fs.Var(&f.specs, "container", "a container on a shared fakegpu host (repeat for each): key=value,... with keys "+
 		"name gpu limit policy (force|default|disable|none) priority start workload (uniform|mix|graph|burst) kernel-us burst procs want min")
 	fs.StringVar(&f.scenario, "scenario", "", "a named shared-GPU scenario (list: --scenario list)")
@@ -203,7 +209,9 @@ func runCompute(ctx context.Context, env *cliEnv, f *computeFlags, plan []comput
 	defer os.RemoveAll(dir)
 	r := &computebench.Runner{Probe: probe, Preload: lib, Seconds: f.seconds, Dir: dir, Logger: klog.Background().V(4)}
 	where := "a real GPU"
-	if !f.real {
+	if f.real {
+		r.Env = driverEnv(os.Environ())
+	} else {
 		where = "fakegpu"
 		r.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(build, "lib"), "FAKEGPU_PROFILE=a16-16q",
 			"FAKEGPU_PROFILE_DIR=" + filepath.Join(root, "fakegpu", "profiles"), "FAKEGPU_STATE_DIR=" + filepath.Join(dir, "gpu")}
@@ -212,6 +220,11 @@ func runCompute(ctx context.Context, env *cliEnv, f *computeFlags, plan []comput
 		where, len(plan), f.seconds, computebench.SkipWindows)
 	outs, err := r.RunAll(ctx, plan, f.tol, env.stderr)
 	computebench.Report(env.stdout, outs, f.perWindow)
+	if f.records != "" {
+		if rerr := computeRecords(f.records, f.section, outs); rerr != nil {
+			return &exitError{2, fmt.Errorf("bench compute --records: %w", rerr)}
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bench compute: %w", err)
 	}
@@ -247,6 +260,21 @@ func buildPaths(root, build string, need ...string) (string, string, error) {
 		}
 	}
 	return root, build, nil
+}
+
+// driverEnv is what a --real run passes on to its workloads from this process's environment: where
+// the driver is (LD_LIBRARY_PATH; fakegpu's variables when the "driver" is fakegpu, as in the GPU
+// tier's self-test) and which GPU (CUDA_VISIBLE_DEVICES). Nothing else: the library's variables
+// are the run's own.
+func driverEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "LD_LIBRARY_PATH" || k == "CUDA_VISIBLE_DEVICES" || strings.HasPrefix(k, "FAKEGPU_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {

@@ -6,6 +6,9 @@
 //	limitbed bench drivertruth  the node's driver-truth accounting against fakegpu or a real GPU
 //	limitbed bench gate       the instructions libvgpu.so adds to a launch (make bench)
 //	limitbed bench pod        a scheduled container's files, for processes on a real GPU
+//	limitbed gpu report RUNDIR      the GPU tier's report of a run (report.md, report.json, plots)
+//	limitbed gpu compare LAST NEW   what changed between two GPU reports; exit 1 on a regression
+//	limitbed gpu begin|record|section  the GPU tier's records, written by the bundle's sections
 //	limitbed e2e [flags]      the kind tier (make e2e)
 //
 // Only main exits; every subcommand returns an error and an exit code.
@@ -50,6 +53,7 @@ var commands = []command{
 	{"matrix", "run the compatibility matrix and compare it with testdata/matrix/expected.json", runMatrix},
 	{"doctor", "check a GPU pod or node of a live cluster (--pod, --node); without flags, which tiers this machine can run", runDoctor},
 	{"bench", "bench compute: the compute limit per workload and policy, achieved/unlimited per 1 s and 10 s window; bench drivertruth: the driver's per-process figures against the monitor's attribution; bench gate: a launch's added instructions; bench pod: a scheduled container's files", runBench},
+	{"gpu", "the GPU tier's records and report: gpu report RUNDIR writes report.md, report.json and plots; gpu compare LAST.json NEW.json exits 1 on a regression; gpu begin|record|section are the bundle's (docs/gpu-report.md)", runGPU},
 	{"e2e", "run the kind tier: a kind cluster with a real kubelet, the chart and the scenarios (make e2e)", runE2E},
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/libvars"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // ToolDir is where the harness bind-mounts fakegpu's and hamicore's tools in every container.
@@ -61,7 +62,7 @@ func (p *Pod) CacheFile() (container, host string) {
 	if c == "" {
 		return "", ""
 	}
-	rel, ok := strings.CutPrefix(c, allocate.ContainerVGPUDir+"/")
+	rel, ok := strings.CutPrefix(c, paths.ContainerVGPUDir+"/")
 	if !ok {
 		return c, ""
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/limitbed/limitbed/harness/sandbox"
 	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // TestCoreLinkNoAsNeeded: with CoreLink no-as-needed the node preloads the driver double right
@@ -24,9 +25,9 @@ func TestCoreLinkNoAsNeeded(t *testing.T) {
 		preload string
 		mounted bool
 	}{
-		{"", allocate.ContainerLibPath + "\n", false},
-		{LinkAsNeeded, allocate.ContainerLibPath + "\n", false},
-		{LinkNoAsNeeded, allocate.ContainerLibPath + "\n" + DriverDoublePath + "\n", true},
+		{"", paths.ContainerLibPath + "\n", false},
+		{LinkAsNeeded, paths.ContainerLibPath + "\n", false},
+		{LinkNoAsNeeded, paths.ContainerLibPath + "\n" + DriverDoublePath + "\n", true},
 	} {
 		t.Run("link="+tc.link, func(t *testing.T) {
 			cfg := testConfig(t, allocate.ProfileCurrent, v1.LimitDeliveryFile)

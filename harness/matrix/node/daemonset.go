@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/harness/sandbox"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // What an external plugin sees, as HAMi's chart mounts it into its device-plugin DaemonSet: the
@@ -44,7 +45,7 @@ func (n *Node) daemonSetMounts(dpDir, cfgDir string) []sandbox.Mount {
 		{HostPath: n.cfg.Dir, ContainerPath: n.cfg.Dir},
 		{HostPath: filepath.Join(n.cfg.Dir, "vgpulock"), ContainerPath: DaemonSetLockDir},
 		{HostPath: dpDir, ContainerPath: DaemonSetPluginDir},
-		{HostPath: filepath.Join(n.HookPath, "vgpu"), ContainerPath: path.Join(DaemonSetHookPath, "vgpu")},
+		{HostPath: paths.VGPUDir(n.HookPath), ContainerPath: paths.VGPUDir(DaemonSetHookPath)},
 		{HostPath: cfgDir, ContainerPath: DaemonSetConfigDir},
 		{HostPath: filepath.Join(cfgDir, "device-config.yaml"), ContainerPath: DaemonSetDeviceConfig, ReadOnly: true},
 		// the chart's usrbin volume (HAMi's plugin runs /usrbin/nvidia-ctk for CDI specs); /var/run/cdi

@@ -132,7 +132,7 @@ const HAMiPluginEnv = "LIMITBED_HAMI_PLUGIN"
 func TestDaemonSetHAMiPlugin(t *testing.T) {
 	bin := os.Getenv(HAMiPluginEnv)
 	if bin == "" {
-		t.Skipf("%s is not set (the path of HAMi's nvidia-device-plugin binary)", HAMiPluginEnv)
+		tier.Unavailable(t, tier.HAMiPlugin, HAMiPluginEnv+" is not set")
 	}
 	sandboxtest.Host(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

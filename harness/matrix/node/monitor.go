@@ -30,6 +30,8 @@ type MonitorConfig struct {
 	Period time.Duration
 	// ContextAllowance is --context-allowance ("" leaves the binary's default).
 	ContextAllowance string
+	// Env is added to its environment (K=V: fakegpu's variables, FAKEGPU_NVML_STALE_MS).
+	Env []string
 }
 
 // Monitor is a vgpu-monitor running on the node as its DaemonSet would: a host process with the
@@ -85,7 +87,7 @@ func (n *Node) StartMonitor(ctx context.Context, mc MonitorConfig) (*Monitor, er
 		args = append(args, "--context-allowance="+mc.ContextAllowance)
 	}
 	cmd := exec.Command(mc.Binary, args...)
-	cmd.Env = append(os.Environ(), "FAKEGPU_PROFILE="+profile, "FAKEGPU_STATE_DIR="+n.StateDir)
+	cmd.Env = append(append(os.Environ(), "FAKEGPU_PROFILE="+profile, "FAKEGPU_STATE_DIR="+n.StateDir), mc.Env...)
 	period := mc.Period
 	if period == 0 {
 		period = monitor.DefaultAccountingInterval

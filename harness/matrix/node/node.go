@@ -39,6 +39,7 @@ import (
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/gpu/gpumock"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 	"github.com/limitbed/limitbed/plugin/pods"
 )
 
@@ -194,8 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 // installHook does what HAMi's init container does: copy libvgpu.so and write ld.so.preload.
 func (n *Node) installHook() error {
-	vgpu := filepath.Join(n.HookPath, "vgpu")
-	if err := os.MkdirAll(filepath.Join(vgpu, "containers"), 0o755); err != nil {
+	if err := os.MkdirAll(paths.ContainersDir(n.HookPath), 0o755); err != nil {
 		return fmt.Errorf("node: create HOOK_PATH: %w", err)
 	}
 	src := n.cfg.Artifacts.Core(n.cfg.Core)
@@ -204,10 +204,10 @@ func (n *Node) installHook() error {
 		return fmt.Errorf("node: install libvgpu.so (core %q): %w", n.cfg.Core, err)
 	}
 	// Replace, never rewrite in place: running containers have the old library mapped.
-	if err := replaceFile(filepath.Join(vgpu, "libvgpu.so"), data, 0o755); err != nil {
+	if err := replaceFile(paths.LibPath(n.HookPath), data, 0o755); err != nil {
 		return fmt.Errorf("node: install libvgpu.so: %w", err)
 	}
-	preload := allocate.ContainerLibPath + "\n"
+	preload := paths.ContainerLibPath + "\n"
 	if n.cfg.CoreLink == LinkNoAsNeeded {
 		double := filepath.Join(n.cfg.Artifacts.Lib, DriverDouble)
 		if _, err := os.Stat(double); err != nil {
@@ -215,7 +215,7 @@ func (n *Node) installHook() error {
 		}
 		preload += DriverDoublePath + "\n"
 	}
-	if err := replaceFile(filepath.Join(vgpu, "ld.so.preload"), []byte(preload), 0o644); err != nil {
+	if err := replaceFile(paths.PreloadPath(n.HookPath), []byte(preload), 0o644); err != nil {
 		return fmt.Errorf("node: write ld.so.preload: %w", err)
 	}
 	return nil

@@ -17,9 +17,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/limitbed/limitbed/harness/scheduler"
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/annotations"
 	"github.com/limitbed/limitbed/plugin/limitsfile"
+	"github.com/limitbed/limitbed/plugin/paths"
 )
 
 // PodSpec is what a scenario asks for: one container with one vGPU.
@@ -116,8 +116,8 @@ func (n *Node) Allocate(ctx context.Context, spec PodSpec) (*Pod, error) {
 	key := uid + "_" + ContainerName
 	p := &Pod{
 		Name: spec.Name, UID: uid, Container: ContainerName, DeviceIDs: ids, Resp: resp, SpecEnv: maps.Clone(spec.Env),
-		CacheDir:   filepath.Join(allocate.ContainersDir(n.HookPath), key),
-		LimitsFile: filepath.Join(allocate.ContainersDir(n.HookPath), key+limitsfile.Suffix),
+		CacheDir:   filepath.Join(paths.ContainersDir(n.HookPath), key),
+		LimitsFile: filepath.Join(paths.ContainersDir(n.HookPath), key+limitsfile.Suffix),
 	}
 	n.mu.Lock()
 	n.pods[spec.Name] = p

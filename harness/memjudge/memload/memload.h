@@ -1,6 +1,8 @@
 /*
- * memload's shared parts (memload.c: the protocol, the process-level verbs and main;
- * memload_objs.c: the CUDA objects a sequence makes and frees). Builds against the ABI headers only.
+ * memload's shared parts: memload_state.c holds the state and the replies every verb uses;
+ * memload_objs.c the verbs that make and free CUDA objects; memload.c the protocol, the
+ * process-level verbs and main. Calls go one way: memload.c -> memload_objs.c -> memload_state.c.
+ * Builds against the ABI headers only.
  */
 #ifndef MEMLOAD_H
 #define MEMLOAD_H
@@ -29,8 +31,8 @@ struct obj {
     int fd;
 };
 
-/* The objects a sequence named (its IDs), each process's primary contexts and pools by ordinal,
- * the current ordinal (-1 before init). */
+/* memload_state.c: the objects a sequence named (its IDs), each process's primary contexts and
+ * pools by ordinal, the current ordinal (-1 before init). */
 extern struct obj objs[MAXOBJ];
 extern CUcontext primary[MAXDEV];
 extern CUmemoryPool pools[MAXDEV];

@@ -11,12 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	v1 "github.com/limitbed/limitbed/plugin/api/config/v1"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/identity/kubesource"
 	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
 	"github.com/limitbed/limitbed/plugin/monitor"
+	"github.com/limitbed/limitbed/plugin/paths"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // serve sweeps every o.interval, decides the compute policy, runs the
@@ -35,11 +37,11 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	dir := allocate.ContainersDir(o.hookPath)
+	dir := paths.ContainersDir(o.hookPath)
 	// One identity snapshot per period, shared by the compute policy and the accounting.
-	src := &identity.Sources{Pods: &identity.APIServer{Kube: kube, NodeName: o.nodeName}, ResourceName: eff.ResourceCountName, ContainersDir: dir}
+	src := &identity.Sources{Pods: &kubesource.APIServer{Kube: kube, NodeName: o.nodeName}, ResourceName: eff.ResourceCountName, ContainersDir: dir}
 	if o.podResources != "" {
-		src.Devices = &identity.Kubelet{Socket: o.podResources}
+		src.Devices = &kubesource.Kubelet{Socket: o.podResources}
 	}
 	ids := &identity.Cached{Source: src, MaxAge: shortestPeriod(o.feedback, o.accounting) / 2}
 	reg := prometheus.NewRegistry()
@@ -70,7 +72,7 @@ func serve(ctx context.Context, o options) error {
 		defer nv.shutdown()
 		a := &monitor.Accounting{Driver: nv, Identity: ids, Dir: dir, ContextAllowance: o.allowance.bytes, Enforcement: eff.Enforcement,
 			Events: kubeclient.EventRecorder(ctx, kube, "vgpu-monitor"), RegionTimeout: o.scrapeTimeout, Logger: logger.WithName("driver-truth"),
-			Busy: nv, GrantDir: allocate.GrantDir(o.hookPath), ComputeMargin: o.computeMargin}
+			Busy: nv, GrantDir: schedproto.GrantDir(o.hookPath), ComputeMargin: o.computeMargin}
 		reg.MustRegister(&monitor.DriverCollector{Accounting: a}, &monitor.ComputeCollector{Accounting: a})
 		go a.Run(ctx, o.accounting)
 	}

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,11 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
-	"github.com/limitbed/limitbed/plugin/allocate"
 	"github.com/limitbed/limitbed/plugin/gpu"
 	"github.com/limitbed/limitbed/plugin/identity"
+	"github.com/limitbed/limitbed/plugin/identity/kubesource"
 	"github.com/limitbed/limitbed/plugin/internal/flagenv"
 	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
+	"github.com/limitbed/limitbed/plugin/paths"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
@@ -111,23 +112,23 @@ func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	cfg := timeslice.DefaultConfig()
 	cfg.Period, cfg.DrainWait, cfg.Calibrate = o.period, o.drainWait, o.calibrate
-	containers := allocate.ContainersDir(o.hookPath)
+	containers := paths.ContainersDir(o.hookPath)
 	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
 	if o.nodeName != "" {
 		kube, err := kubeclient.Client(o.kubeconfig, schedulerAPITimeout)
 		if err != nil {
 			return err
 		}
-		sources := &identity.Sources{Pods: &identity.APIServer{Kube: kube, NodeName: o.nodeName}, ContainersDir: containers}
+		sources := &identity.Sources{Pods: &kubesource.APIServer{Kube: kube, NodeName: o.nodeName}, ContainersDir: containers}
 		if o.podResources != "" {
-			sources.Devices = &identity.Kubelet{Socket: o.podResources}
+			sources.Devices = &kubesource.Kubelet{Socket: o.podResources}
 		}
 		src = &timeslice.Snapshots{Take: sources.Snapshot}
 	}
 	clocks := &gpu.Clocks{Lib: gpu.NewLibrary(o.nvmlLibrary)}
 	defer clocks.Shutdown()
 	n := &timeslice.Node{
-		GrantDir: filepath.Join(o.hookPath, "vgpu", allocate.GrantDirName), ContainersDir: containers,
+		GrantDir: schedproto.GrantDir(o.hookPath), ContainersDir: containers,
 		Source: src, Config: cfg, Logger: logger, Clocks: clocks,
 	}
 	if o.traceFile != "" {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/plugin/schedproto"
+	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
 // TestRunRejectsBadFlags: run fails before doing anything, with an error that names the
@@ -77,7 +78,16 @@ func TestRunSchedulesAndStops(t *testing.T) {
 		}
 	}
 	// A second scheduler on the same hook path exits at once, naming the first; it never
-	// touched the first's grant words.
+	// touched the first's grant words. (A new grant file already says Wait: the first has
+	// claimed the path once its lock file names it.)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(grants, timeslice.LockName)); len(b) > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the first scheduler never claimed the hook path")
+		}
+	}
 	start := time.Now()
 	err := run(context.Background(), []string{"--hook-path=" + hook, "--metrics-address="}, func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "another vgpu-scheduler drives") || !strings.Contains(err.Error(), "pid ") {

@@ -4,7 +4,6 @@
 package fakenvml
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/internal/tier"
 )
 
 // Setup builds fakegpu, selects profile (a name in fakegpu/profiles) with a
@@ -22,12 +22,10 @@ import (
 // set with t.Setenv: a caller must not be parallel.
 func Setup(t testing.TB, profile string, env ...string) (nvml.Interface, string) {
 	t.Helper()
-	if os.Getenv("SAN") != "" {
-		// go-nvml dlopens the library into the Go process, where a
-		// sanitizer build cannot run. The sanitizer build is exercised by
-		// fakegpu's and hamicore's own tests.
-		t.Skip("go-nvml cannot load a sanitizer build of fakegpu into the Go process")
-	}
+	// go-nvml dlopens the library into the Go process, where a sanitizer
+	// build cannot run. The sanitizer build is exercised by fakegpu's and
+	// hamicore's own tests.
+	tier.Require(t, tier.Unsanitized)
 	p := cbuild.Build(t)
 	t.Setenv("FAKEGPU_PROFILE", profile)
 	t.Setenv("FAKEGPU_PROFILE_DIR", filepath.Join(p.Root, "fakegpu", "profiles"))

@@ -1,7 +1,8 @@
-// Package metricname names the metrics the node monitor exports: the monitor registers them by
-// these names and every reader (the doctor, the harness) looks them up by the same constants,
-// without linking the monitor itself. Their help texts and labels live with the monitor's
-// collectors (plugin/monitor).
+// Package metricname names the metrics the node's agents export, the monitor's and the compute
+// scheduler's: each registers them by these names and every reader (the doctor, the harness, the
+// GPU check's script, held to them by a test) looks them up by the same constants, without linking
+// the agent itself. Their help texts and labels live with the collectors (plugin/monitor,
+// plugin/timeslice).
 package metricname
 
 // From the limits files and usage regions (plugin/monitor/metrics.go).
@@ -28,8 +29,23 @@ const (
 	DriverProcessMemory   = "hami_driver_process_memory_bytes"
 	DriverUnattributed    = "hami_node_driver_unattributed_memory_bytes"
 	DriverKills           = "hami_monitor_driver_kills_total"
+	DriverPIDChanged      = "hami_monitor_driver_pid_changed_total"
 	DriverErrors          = "hami_monitor_driver_errors"
 	DriverLastPass        = "hami_monitor_driver_last_pass_timestamp_seconds"
+)
+
+// From the compute scheduler, vgpu-scheduler (plugin/timeslice/metrics.go).
+const (
+	SchedulerGPUSeconds    = "vgpu_scheduler_container_gpu_seconds_total"
+	SchedulerSlices        = "vgpu_scheduler_container_slices_total"
+	SchedulerMaxWait       = "vgpu_scheduler_container_max_wait_seconds"
+	SchedulerSwitches      = "vgpu_scheduler_gpu_switches_total"
+	SchedulerOverlaps      = "vgpu_scheduler_gpu_overlaps_total"
+	SchedulerOwedIdle      = "vgpu_scheduler_gpu_owed_idle_seconds_total"
+	SchedulerSpeed         = "vgpu_scheduler_gpu_speed"
+	SchedulerSMClock       = "vgpu_scheduler_gpu_sm_clock_mhz"
+	SchedulerFullLoadClock = "vgpu_scheduler_gpu_full_load_sm_clock_mhz"
+	SchedulerCalibrations  = "vgpu_scheduler_gpu_calibrations_total"
 )
 
 // From the compute check of the accounting pass (plugin/monitor/compute_metrics.go).

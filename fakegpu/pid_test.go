@@ -74,3 +74,33 @@ func childOf(t *testing.T, pid int) int {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestProcessUtilisationByTheReadersPID: the per-process utilisation samples name a busy process
+// in its own PID namespace by the PID the reader sees, as the process list does, so a node agent
+// can hold each container's work to its share (the monitor's compute check). Before, the samples
+// said 1 (the PID the process calls itself), which on the host names another process.
+func TestProcessUtilisationByTheReadersPID(t *testing.T) {
+	tier.Require(t, tier.Root.For("unshare --pid (a PID namespace, as a container's)"))
+	h := fakegputest.NewHost(t, "a16-16q")
+	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(h.Paths.Bin, "hamicore-launchprobe"),
+		"--seconds", "4", "--kernel-us", "1000")
+	c.Env = h.Env
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	host := childOf(t, c.Process.Pid)
+	time.Sleep(1500 * time.Millisecond)
+	var seen []string
+	for _, proc := range h.Info().Devices[0].Processes {
+		if proc.SMUtil != nil {
+			seen = append(seen, strconv.Itoa(proc.PID)+":"+strconv.Itoa(*proc.SMUtil))
+			if proc.PID == host && *proc.SMUtil >= 80 {
+				return
+			}
+		}
+	}
+	t.Errorf("the host's samples (pid:sm_util) %v; want the launcher's host PID %d at 80 %% or more\nstderr: %s", seen, host, stderr.String())
+}

@@ -179,8 +179,23 @@ static int periodic_sample(const fg_unit *u, unsigned unit, int32_t pid, uint64_
     return 0;
 }
 
-/* One sample per process that kept the engine busy during the window: smUtil is its share of
- * the window in percent (none when that rounds to 0). Not supported in MIG mode, as on a real GPU. */
+/* The PID the caller's namespace sees for the owner of busy interval b, as the process list names
+ * it (fg_state_slot_pid); -1 when the owner is gone: no PID the caller could name stands for it
+ * any more (a reader in another namespace would take the PID the owner called itself for one of
+ * its own). Under the state lock. */
+static int32_t shown_pid(const fg_busy *b) {
+    if (b->slot1 == 0 || b->slot1 > FG_MAX_SLOTS)
+        return -1;
+    int s = (int)b->slot1 - 1;
+    const fg_slot *sl = &fg_nv.st.sh->slot[s];
+    if (!sl->in_use || sl->pid != b->pid)
+        return -1;
+    return fg_state_slot_pid(&fg_nv.st, s);
+}
+
+/* One sample per live process that kept the engine busy during the window: smUtil is its share of
+ * the window in percent (none when that rounds to 0), by the PID the caller sees. Not supported in
+ * MIG mode, as on a real GPU. */
 FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
                                                        unsigned int *processSamplesCount,
                                                        unsigned long long lastSeenTimeStamp) {
@@ -197,7 +212,7 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     unsigned long long stamp = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
-    int32_t pids[MAX_ROWS];
+    int32_t pids[MAX_ROWS], shown[MAX_ROWS];
     unsigned util[MAX_ROWS], n = 0;
     if (fg_state_lock(&fg_nv.st) != 0)
         return NVML_ERROR_UNKNOWN;
@@ -213,15 +228,18 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
         while (k < n && pids[k] != b->pid) k++;
         if (k < n)
             continue;
+        int32_t as = shown_pid(b);
+        if (as < 0)
+            continue;
         if (!periodic) {
-            pids[n] = b->pid, stamps[n] = stamp;
+            pids[n] = b->pid, shown[n] = as, stamps[n] = stamp;
             util[n++] = fg_state_util(&fg_nv.st, dv->unit, b->pid, now, window);
             continue;
         }
         uint64_t end;
         unsigned v;
         if (periodic_sample(u, dv->unit, b->pid, now, window, &end, &v) == 0)
-            pids[n] = b->pid, util[n] = v, stamps[n++] = stamp - (now - end) / 1000;
+            pids[n] = b->pid, shown[n] = as, util[n] = v, stamps[n++] = stamp - (now - end) / 1000;
     }
     fg_state_unlock(&fg_nv.st);
     /* A process whose share rounds to 0 % gets no sample: an H200 lists no sample for a process
@@ -230,7 +248,7 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
     unsigned kept = 0;
     for (unsigned i = 0; i < n; i++)
         if (util[i] > 0 && stamps[i] > lastSeenTimeStamp)
-            pids[kept] = pids[i], util[kept] = util[i], stamps[kept++] = stamps[i];
+            shown[kept] = shown[i], util[kept] = util[i], stamps[kept++] = stamps[i];
     n = kept;
     if (n == 0)
         return NVML_ERROR_NOT_FOUND;
@@ -239,6 +257,6 @@ FG_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvml
     if (!utilization || room < n)
         return NVML_ERROR_INSUFFICIENT_SIZE;
     for (unsigned i = 0; i < n; i++)
-        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)pids[i], stamps[i], util[i], 0, 0, 0};
+        utilization[i] = (nvmlProcessUtilizationSample_t){(unsigned)shown[i], stamps[i], util[i], 0, 0, 0};
     return NVML_SUCCESS;
 }

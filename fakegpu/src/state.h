@@ -75,8 +75,8 @@
 
 typedef struct fg_busy {
     uint64_t start, end; /* CLOCK_MONOTONIC ns */
-    int32_t pid;
-    uint32_t pad;
+    int32_t pid;         /* the owner as it sees itself */
+    uint32_t slot1;      /* the owner's slot + 1 (0: not recorded): NVML names the owner by the PID its reader sees */
 } fg_busy;
 
 /* What an engine ran: kernels completed, the nominal ns of work done (a kernel's share counted as

@@ -62,6 +62,12 @@ type Accounting struct {
 	Events EventRecorder
 	// RegionTimeout bounds the reads of the regions of one pass (0: DefaultScrapeTimeout).
 	RegionTimeout time.Duration
+	// Busy reads the driver's per-process utilisation and GrantDir is <HOOK_PATH>/vgpu/sched, the
+	// scheduler's grant files: with both, each pass also holds every container the scheduler
+	// drives to the time it allowed it (compute_bypass.go). ComputeMargin: 0 = DefaultComputeMargin.
+	Busy          BusySource
+	GrantDir      string
+	ComputeMargin float64
 	Now           func() time.Time
 	// Boottime is the time since boot as /proc counts process start times; nil: CLOCK_BOOTTIME.
 	Boottime func() time.Duration
@@ -78,6 +84,7 @@ type Accounting struct {
 	episodes map[episodeKey]bool      // (container, GPU, PID) already reported
 	strays   map[int]bool             // unattributed PIDs already logged
 	inflight regionInflight
+	compute  computeState
 }
 
 // Report is what one pass found.
@@ -95,6 +102,10 @@ type Report struct {
 	Changed []ProcessUsage
 	// Errors are devices or processes that could not be read.
 	Errors []string
+	// Compute is every container's compute on each GPU the scheduler drives it on, and
+	// ComputeKilled the processes this pass ended for working outside their slices.
+	Compute       []ComputeUsage
+	ComputeKilled []ProcessUsage
 }
 
 // ProcessUsage is one process's memory on one GPU.
@@ -205,6 +216,7 @@ func (a *Accounting) Pass(ctx context.Context) (*Report, error) {
 	a.judge(groups, rep)
 	a.explain(rep)
 	a.enforce(ctx, rep)
+	a.checkCompute(snap, rep)
 	a.mu.Lock()
 	a.last = rep
 	if a.killed == nil {

@@ -125,6 +125,25 @@ func (g *GrantFile) Beat(i int) {
 	atomic.AddUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])), 1)
 }
 
+// Allowed returns entry i's allowed time (allowed_us, sched.h): what a scheduler that drove the
+// file before recorded, for its successor to go on from.
+func (g *GrantFile) Allowed(i int) time.Duration {
+	return time.Duration(atomic.LoadUint64(g.allowed(i))) * time.Microsecond
+}
+
+// BeatAllowed records entry i's allowed time, stamps it with the beat about to be written and
+// beats (Beat): a reader trusts the allowed time while its stamp keeps up with the beat.
+func (g *GrantFile) BeatAllowed(i int, allowed time.Duration) {
+	atomic.StoreUint64(g.allowed(i), uint64(max(allowed.Microseconds(), 0)))
+	beat := (*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat]))
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offStamp])), atomic.LoadUint32(beat)+1)
+	atomic.AddUint32(beat, 1)
+}
+
+func (g *GrantFile) allowed(i int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&g.mem[entries+i*entrySize+offAllowed]))
+}
+
 // Beats returns entry i's heartbeat.
 func (g *GrantFile) Beats(i int) uint32 {
 	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])))

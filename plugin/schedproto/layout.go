@@ -38,6 +38,8 @@ const (
 	offGrantID = 20 // grant entry
 	offBudget  = 24 // grant entry
 	offBeat    = 28 // grant entry
+	offAllowed = 32 // grant entry: allowed_us (8 bytes)
+	offStamp   = 40 // grant entry: allowed_beat
 
 	offJoin   = 0  // report entry
 	offWant   = 8  // report entry

@@ -178,13 +178,13 @@ func (r *ReportFile) Close() error {
 	return err
 }
 
-// touch runs f, turning a fault on the mapping (SIGBUS: the file was truncated) into an error.
+// touch runs f, turning a fault on a mapping (SIGBUS: the file was truncated) into an error.
 func touch(f func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
-			err = fmt.Errorf("the report changed under its mapping: %v", r)
+			err = fmt.Errorf("the file changed under its mapping: %v", r)
 		}
 	}()
 	return f()

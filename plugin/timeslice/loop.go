@@ -16,6 +16,7 @@ type member struct {
 	idx     int
 	written schedproto.State
 	id      uint32
+	allowed allowance // the time the container was allowed on the GPU (allowed.go)
 }
 
 type gpuLoop struct {
@@ -93,6 +94,7 @@ func (n *Node) step(l *gpuLoop, now time.Time, beat *time.Time) (time.Time, map[
 	n.readClock(l, now)
 	next := l.g.Step(now)
 	for key, m := range l.members {
+		m.allowed.tick(m, now) // under the state written until now
 		st, id, budget := l.g.Grant(key)
 		if st != m.written || ((st == schedproto.Run || st == schedproto.Free) && id != m.id) {
 			m.c.grant.Set(m.idx, st, id, budget)
@@ -101,9 +103,7 @@ func (n *Node) step(l *gpuLoop, now time.Time, beat *time.Time) (time.Time, map[
 		}
 	}
 	if now.Sub(*beat) >= Heartbeat {
-		for _, m := range l.members {
-			m.c.grant.Beat(m.idx)
-		}
+		beatAllowed(l)
 		*beat = now
 	}
 	if key, g, since, ok := l.g.Holder(); ok && n.Logger.V(6).Enabled() {

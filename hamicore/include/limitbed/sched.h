@@ -15,7 +15,9 @@
  * entry is one cache line, so launchers of two GPUs never share a line. Integers are in the byte
  * order of the machine (node and container share it).
  *
- * Changing an offset, a size or a meaning requires a new LB_SCHED_VERSION.
+ * Changing an offset, a size or a meaning requires a new LB_SCHED_VERSION. Giving a reserved field
+ * (zero in every file, read by nobody) a meaning that the readers of the version need not know
+ * does not: allowed_us below.
  */
 #ifndef LIMITBED_SCHED_H
 #define LIMITBED_SCHED_H
@@ -55,8 +57,24 @@ struct lb_sched_grant_entry {
     uint32_t budget_us;         /* 24  RUN: the slice's planned length, in µs (0: until revoked); the
                                  *      library's queue bound follows what is left of it */
     uint32_t beat;              /* 28  the scheduler's heartbeat: bumped every 10 ms */
-    uint32_t reserved[8];       /* 32 */
+    uint64_t allowed_us;        /* 32  the GPU time the container was allowed here, in µs (below);
+                                 *      the node's monitor reads it, the library never does */
+    uint32_t allowed_beat;      /* 40  the beat when allowed_us was last brought up to date */
+    uint32_t reserved[5];       /* 44 */
 };                              /* 64 */
+
+/* allowed_us counts, while the scheduler drives the entry, the time the container was allowed to
+ * run work on the GPU: its slices (RUN) and its free time (FREE) by the wall clock, and, past a
+ * revoked slice, its drain and overlap as the scheduler charged them (docs/plugin.md, "Compute
+ * outside the slices"). It only grows; a restarted scheduler goes on from the value it finds. A
+ * process of the container that does GPU work beyond it does not obey the grant: the node's monitor
+ * holds the driver's per-process figures to it. Before every beat the scheduler brings allowed_us up
+ * to date, then sets allowed_beat to the beat it is about to write: a reader trusts allowed_us only
+ * while allowed_beat keeps up with beat (a scheduler that predates the field beats and leaves it 0).
+ *
+ * Both fields were reserved (zero, never read) in version 1, and the library still never reads
+ * them: a library, a plugin or a scheduler of either kind reads every other field as before, so
+ * the version stays 1. */
 
 struct lb_sched_grant {
     uint64_t magic;             /*   0  LB_SCHED_GRANT_MAGIC */
@@ -103,6 +121,7 @@ struct lb_sched_report {
 
 _Static_assert(sizeof(struct lb_sched_grant_entry) == 64, "grant entry size");
 _Static_assert(offsetof(struct lb_sched_grant_entry, word) == 16, "grant word offset");
+_Static_assert(offsetof(struct lb_sched_grant_entry, allowed_us) % 8 == 0, "allowed_us is one aligned word");
 _Static_assert(offsetof(struct lb_sched_grant, gpu) == 64, "grant entries offset");
 _Static_assert(sizeof(struct lb_sched_grant) == 1088, "grant size");
 _Static_assert(sizeof(struct lb_sched_report_entry) == 64, "report entry size");

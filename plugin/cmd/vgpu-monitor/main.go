@@ -38,6 +38,7 @@ type options struct {
 	nvmlLibrary      string
 	accounting       time.Duration
 	allowance        memoryValue
+	computeMargin    float64
 }
 
 // memoryValue is a flag in the limits' memory grammar ([0-9]+[kKmMgG]?, bytes).
@@ -98,6 +99,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.accounting < 0 {
 		return options{}, fmt.Errorf("--accounting-interval (ACCOUNTING_INTERVAL) must not be negative, got %v", o.accounting)
 	}
+	if !(o.computeMargin > 0 && o.computeMargin <= 1) { // NaN too
+		return options{}, fmt.Errorf("--compute-margin (COMPUTE_MARGIN) must be in (0, 1], got %v", o.computeMargin)
+	}
 	return o, nil
 }
 
@@ -119,6 +123,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (the driver's or fakegpu's); empty: the loader's search path")
 	fs.DurationVar(&o.accounting, "accounting-interval", monitor.DefaultAccountingInterval, "time between driver-truth accounting passes (every container's GPU memory by the driver's count against its limit); 0 disables them")
 	o.allowance = memoryValue{bytes: monitor.DefaultContextAllowance, text: "1g"}
+	fs.Float64Var(&o.computeMargin, "compute-margin", monitor.DefaultComputeMargin, "the share of a GPU a container's processes may be busy, by the driver's samples, beyond the share the node scheduler allowed it (its slices, free time and drains) before they are judged outside their slices")
 	fs.Var(&o.allowance, "context-allowance", "GPU memory each process may hold beyond its container's limit by the driver's count (its context and the driver's rounding), in the limits' grammar (1g, 600m)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -29,6 +29,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"zero interval", []string{"--node-name=n", "--sweep-interval=0s"}, nil, "--sweep-interval"},
 		{"zero scrape timeout", []string{"--node-name=n", "--scrape-timeout=0s"}, nil, "--scrape-timeout"},
 		{"negative accounting interval", []string{"--node-name=n", "--accounting-interval=-1s"}, nil, "--accounting-interval"},
+		{"zero compute margin", []string{"--node-name=n", "--compute-margin=0"}, nil, "--compute-margin"},
+		{"compute margin over 1", []string{"--node-name=n"}, map[string]string{"COMPUTE_MARGIN": "1.5"}, "--compute-margin"},
 		{"bad context allowance", []string{"--node-name=n", "--context-allowance=1GiB"}, nil, "-context-allowance"},
 		{"bad enforcement", []string{"--node-name=n", "--device-config-file=" + badConfig}, nil, `enforcement: "shoot" is not one of report|kill`},
 		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "/nonexistent/kubeconfig"},

@@ -18,6 +18,7 @@ import (
 	kubeclient "github.com/limitbed/limitbed/plugin/internal/kube"
 	"github.com/limitbed/limitbed/plugin/monitor"
 	"github.com/limitbed/limitbed/plugin/paths"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // serve sweeps every o.interval, decides the compute policy, runs the
@@ -66,15 +67,17 @@ func serve(ctx context.Context, o options) error {
 		go f.Run(ctx, o.feedback)
 	}
 	if o.accounting > 0 {
-		nv := &lazyNVML{l: gpu.ProcessLister{Lib: gpu.NewLibrary(o.nvmlLibrary)}}
+		lib := gpu.NewLibrary(o.nvmlLibrary)
+		nv := &lazyNVML{l: gpu.ProcessLister{Lib: lib}, b: gpu.BusySampler{Lib: lib}}
 		defer nv.shutdown()
 		a := &monitor.Accounting{Driver: nv, Identity: ids, Dir: dir, ContextAllowance: o.allowance.bytes, Enforcement: eff.Enforcement,
-			Events: kubeclient.EventRecorder(ctx, kube, "vgpu-monitor"), RegionTimeout: o.scrapeTimeout, Logger: logger.WithName("driver-truth")}
-		reg.MustRegister(&monitor.DriverCollector{Accounting: a})
+			Events: kubeclient.EventRecorder(ctx, kube, "vgpu-monitor"), RegionTimeout: o.scrapeTimeout, Logger: logger.WithName("driver-truth"),
+			Busy: nv, GrantDir: schedproto.GrantDir(o.hookPath), ComputeMargin: o.computeMargin}
+		reg.MustRegister(&monitor.DriverCollector{Accounting: a}, &monitor.ComputeCollector{Accounting: a})
 		go a.Run(ctx, o.accounting)
 	}
 	logger.Info("Starting", "dir", dir, "grace", o.grace, "interval", o.interval, "feedback", o.feedback,
-		"accounting", o.accounting, "enforcement", eff.Enforcement, "contextAllowance", o.allowance.text)
+		"accounting", o.accounting, "enforcement", eff.Enforcement, "contextAllowance", o.allowance.text, "computeMargin", o.computeMargin)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
@@ -109,19 +112,37 @@ func shortestPeriod(ps ...time.Duration) time.Duration {
 type lazyNVML struct {
 	mu   sync.Mutex
 	l    gpu.ProcessLister
+	b    gpu.BusySampler // the compute check's per-process samples, through the same NVML
 	init bool
 }
 
 func (n *lazyNVML) Processes() ([]gpu.DeviceProcesses, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err := n.start(); err != nil {
+		return nil, err
+	}
+	return n.l.Processes()
+}
+
+func (n *lazyNVML) Busy() ([]gpu.DeviceBusy, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.start(); err != nil {
+		return nil, err
+	}
+	return n.b.Busy()
+}
+
+// start initialises NVML once (n.mu held).
+func (n *lazyNVML) start() error {
 	if !n.init {
 		if err := n.l.Init(); err != nil {
-			return nil, err
+			return err
 		}
 		n.init = true
 	}
-	return n.l.Processes()
+	return nil
 }
 
 func (n *lazyNVML) shutdown() {

@@ -47,3 +47,11 @@ const (
 	SchedulerFullLoadClock = "vgpu_scheduler_gpu_full_load_sm_clock_mhz"
 	SchedulerCalibrations  = "vgpu_scheduler_gpu_calibrations_total"
 )
+
+// From the compute check of the accounting pass (plugin/monitor/compute_metrics.go).
+const (
+	ComputeBusy    = "hami_container_driver_busy_ratio"
+	ComputeAllowed = "hami_container_sched_allowed_ratio"
+	ComputeOutside = "hami_container_compute_outside_slices"
+	ComputeKills   = "hami_monitor_compute_kills_total"
+)

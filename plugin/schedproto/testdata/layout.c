@@ -27,6 +27,8 @@ int main(void)
     FIELD(grant_entry, grant_id);
     FIELD(grant_entry, budget_us);
     FIELD(grant_entry, beat);
+    FIELD(grant_entry, allowed_us);
+    FIELD(grant_entry, allowed_beat);
     FIELD(grant_entry, reserved);
     FIELD(report, magic);
     FIELD(report, version);

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "gatehelper.h"
+#include "gateself.h"
 #include "gatestate.h"
 #include "init.h"
 #include "limiter.h"
@@ -166,6 +167,27 @@ static int calibration_room(int d, struct slow *sl, CUstream s, int per_thread)
     return 1;
 }
 
+/* The scheduler does not drive the device (its entry Off, or its beat silent). The grant names its
+ * GPU: the container's own slices (gateself.c), never NVML's pacing beside the node's slices; a
+ * device without a limit, or a launch into a capturing stream, is not held. Lock held; it is
+ * released unless -1 (the grant word moved while it waited: decide again). */
+static int away(int d, struct slow *sl, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks, int off, uint32_t w)
+{
+    say(sl, d, M_SELF, off ? "the node scheduler does not drive it" : "the node scheduler is silent");
+    shut(d); /* every launch asks again: the scheduler may come back */
+    uint32_t limit = lb_limiter_limit(d);
+    if (limit && !capturing(s, per_thread)) {
+        if (!lb_gate_self_slice(d, sl, limit, lb_sched_word(sl->entry), w))
+            return -1;
+        sl->slow_launches++;
+        pthread_mutex_unlock(&sl->mu);
+        return 1;
+    }
+    pthread_mutex_unlock(&sl->mu);
+    lb_limiter_take(d, kernels, blocks);
+    return 0;
+}
+
 int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t blocks)
 {
     struct slow *sl = &lb_gate_slow[d];
@@ -187,11 +209,10 @@ int lb_gate_enter(int d, CUstream s, int per_thread, uint64_t kernels, uint64_t 
         if (beat != sl->seen)
             sl->seen = beat, sl->seen_at = now;
         if (st == LB_GRANT_OFF || now - sl->seen_at > LB_SCHED_DEAD_NS) {
-            say(sl, d, M_SELF, st == LB_GRANT_OFF ? "the node scheduler does not drive it" : "the node scheduler is silent");
-            shut(d); /* every launch asks again: the scheduler may come back */
-            pthread_mutex_unlock(&sl->mu);
-            lb_limiter_take(d, kernels, blocks);
-            return 0;
+            int mark = away(d, sl, s, per_thread, kernels, blocks, st == LB_GRANT_OFF, w);
+            if (mark >= 0)
+                return mark;
+            continue;
         }
         say(sl, d, M_SCHED, "");
         if (beat != sl->active)

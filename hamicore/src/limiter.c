@@ -98,6 +98,8 @@ void lb_limiter_resolve(void)
 
 int lb_limiter_limited(int dev) { return g_b[dev].limit != 0; }
 
+uint32_t lb_limiter_limit(int dev) { return g_b[dev].limit; }
+
 int lb_limiter_calibrating(int dev)
 {
     int64_t calib = atomic_load_explicit(&g_b[dev].calib_until, memory_order_relaxed);

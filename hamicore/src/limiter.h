@@ -23,6 +23,8 @@ void lb_limiter_after_fork(void);
 void lb_limiter_resolve(void);
 /* 1 if device dev (a CUDA ordinal) is paced when no scheduler drives it. */
 int lb_limiter_limited(int dev);
+/* Its limit in percent (1..99), 0 when it is not paced. */
+uint32_t lb_limiter_limit(int dev);
 /* 1 while device dev runs its unthrottled calibration (controller.c): the gate bounds the work
  * it queues meanwhile. */
 int lb_limiter_calibrating(int dev);

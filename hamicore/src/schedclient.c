@@ -16,6 +16,7 @@
 
 const struct lb_sched_grant *lb_grant;
 struct lb_sched_report *lb_report;
+uint64_t lb_grant_ino;
 
 /* The grant file: the node's, read-only here; anything but a whole grant file of this version is
  * no scheduler (the library paces itself; the scheduler then never sees it wait). */
@@ -29,8 +30,10 @@ static const struct lb_sched_grant *map_grant(const char *path)
     }
     struct stat st;
     void *p = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == LB_SCHED_FILE_SIZE)
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == LB_SCHED_FILE_SIZE) {
+        lb_grant_ino = (uint64_t)st.st_ino;
         p = mmap(NULL, LB_SCHED_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    }
     close(fd);
     if (p == MAP_FAILED) {
         LB_WARN("compute limit: %s is not a %u-byte grant file: no node scheduler", path, LB_SCHED_FILE_SIZE);

@@ -15,6 +15,9 @@
  * such a container as always busy). */
 extern const struct lb_sched_grant *lb_grant;
 extern struct lb_sched_report *lb_report;
+/* The grant file's inode: the same for every process of the container, another for each container
+ * (the phase of the slices a container keeps to while the scheduler is away: gate.c). */
+extern uint64_t lb_grant_ino;
 
 /* Maps the grant file read-only and creates/maps the report (libvgpu.so passes the compiled-in
  * LB_SCHED_GRANT_PATH and LB_SCHED_REPORT_PATH; the unit tests their own). 1: scheduled. */

@@ -1,11 +1,14 @@
 package computebench_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/limitbed/limitbed/harness/computebench"
 	"github.com/limitbed/limitbed/harness/computebench/sharetest"
+	"github.com/limitbed/limitbed/harness/matrix/node"
+	"github.com/limitbed/limitbed/internal/cbuild"
 )
 
 // A process that dies while its work runs under its container's slice (a benchmark killing its
@@ -69,4 +72,37 @@ func TestSchedulerLongKernels(t *testing.T) {
 		scenario("eight", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, KernelUS: 5000000, Procs: 8, Held: true},
 			computebench.Container{Name: "neighbour", Policy: "force", Limit: 70}))
 	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
+}
+
+// The scheduler killed (SIGKILL: its grants left as they were, its beat stopped) and a new one
+// started 3 s later: while it is away the libraries keep to their own slices (their limit's share
+// of each period, by the wall clock) rather than NVML's pacing beside one another, so nobody runs
+// over its limit, and the new one takes over where the grant files are. Before, the 30 % tenant
+// reached 0.35.
+func TestSchedulerKilledAndReplaced(t *testing.T) {
+	t.Parallel()
+	r, s := scheduled(t)
+	bin, err := node.BuildBinary(context.Background(), cbuild.RepoRoot(), t.TempDir(), "vgpu-scheduler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Binary = bin
+	sc := onGPUs("killed", computebench.ScenarioSeconds+4, shares("uniform", 0, 30, 50), shares("mix", 0, 30, 50))
+	go func() {
+		time.Sleep(11 * time.Second) // baselines, then about 6 s into the scenario
+		s.KillRestart(func() { time.Sleep(3 * time.Second) })
+	}()
+	res := sharetest.Run(t, r, sc, sharetest.Tolerance)
+	for _, c := range res.Containers {
+		limit := float64(c.Limit) / 100
+		for i, w := range c.Long {
+			if w > limit+sharetest.Tolerance {
+				t.Errorf("%s: 10 s window %d at %.3f, over its %.2f", c.Name, i, w, limit)
+			}
+			if w < limit-0.10 {
+				t.Errorf("%s: 10 s window %d at %.3f, far under its %.2f", c.Name, i, w, limit)
+			}
+		}
+		t.Logf("%s: 10 s %v", c.Name, c.Long)
+	}
 }

@@ -150,6 +150,8 @@ func (r *SharedRunner) start(ctx context.Context, c Container, gpu []string, nod
 				return ps, fmt.Errorf("container %s: prepare: %w", c.Name, err)
 			}
 		}
+		// Its own process group: stopping it (a held container's) stops what its wrapper started.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := p.cmd.Start(); err != nil {
 			return ps, fmt.Errorf("container %s: %w", c.Name, err)
 		}
@@ -290,17 +292,31 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	t0 := time.Now()
 	wg.Add(1)
 	go func() { defer wg.Done(); smp.run(sctx, tick) }()
-	// A process still running this long after the scenario's end is stalled (a launch waiting for
-	// a slice that never comes): killed, and the scenario fails saying so, instead of hanging.
-	pctx, cancelProcs := context.WithTimeout(ctx, time.Duration(sc.Seconds*float64(time.Second))+StallGrace)
+	starts, errs := r.runProcs(ctx, sc, smp, t0, t0snap.NowNS, gpu, node)
+	_, _ = smp.mark()
+	stopSampler()
+	wg.Wait()
+	if err := errors.Join(append(errs, smp.err)...); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	return judgeShared(sc, tol, smp.snaps, t0snap.NowNS, starts, unthrottled)
+}
+
+// runProcs starts the scenario's containers and waits for their processes. A process still
+// running StallGrace after the scenario's end is stalled (a launch waiting for a slice that never
+// comes): killed, and the scenario fails saying so, instead of hanging; a held container's
+// (Container.Held) are stopped 2 s after the end.
+func (r *SharedRunner) runProcs(ctx context.Context, sc Scenario, smp *sampler, t0 time.Time, t0ns uint64, gpu []string, node string) ([]uint64, []error) {
+	end := time.Duration(sc.Seconds * float64(time.Second))
+	pctx, cancelProcs := context.WithTimeout(ctx, end+StallGrace)
 	defer cancelProcs()
-	starts, procs, startErr := r.startAll(pctx, sc, smp, t0, t0snap.NowNS, gpu, node)
+	starts, procs, startErr := r.startAll(pctx, sc, smp, t0, t0ns, gpu, node)
 	errs := []error{startErr}
-	stopHeld := time.AfterFunc(time.Until(t0.Add(time.Duration(sc.Seconds*float64(time.Second))+2*time.Second)), func() {
+	stopHeld := time.AfterFunc(time.Until(t0.Add(end+2*time.Second)), func() {
 		for _, p := range procs {
 			if p.c.Held {
 				p.stopped.Store(true)
-				_ = p.cmd.Process.Kill()
+				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			}
 		}
 	})
@@ -314,13 +330,7 @@ func (r *SharedRunner) Run(ctx context.Context, sc Scenario, tol float64) (*Resu
 	if errors.Is(pctx.Err(), context.DeadlineExceeded) {
 		errs = append(errs, fmt.Errorf("a process was still running %v after the scenario's end: stalled, killed", StallGrace))
 	}
-	_, _ = smp.mark()
-	stopSampler()
-	wg.Wait()
-	if err := errors.Join(append(errs, smp.err)...); err != nil {
-		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
-	}
-	return judgeShared(sc, tol, smp.snaps, t0snap.NowNS, starts, unthrottled)
+	return starts, errs
 }
 
 // startAll starts the scenario's containers at their offsets from t0 (t0ns on fakegpu's clock),

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,9 @@ type Scheduled struct {
 	// reads each GPU's SM clock from fakegpu's NVML (in this process the clock is not read: slices
 	// are charged their time).
 	Binary string
+	// Tracer, in process, receives every GPU's slices (timeslice.Node.Tracer): a test that misses
+	// its bound can say where the time went.
+	Tracer timeslice.Tracer
 
 	mu     sync.Mutex
 	nodes  map[string]*schedNode // by containers directory
@@ -57,6 +61,7 @@ type schedNode struct {
 	hook   string          // the node's hook path
 	gpuEnv []string        // the node's fakegpu environment (the binary's NVML)
 	cmd    *exec.Cmd       // or the binary
+	kill   atomic.Bool     // the binary is stopped with SIGKILL, not SIGTERM (KillRestart)
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -222,7 +227,11 @@ func (s *Scheduled) start(hook string, gpuEnv []string) {
 		}
 		go func() {
 			<-ctx.Done()
-			_ = sn.cmd.Process.Signal(syscall.SIGTERM)
+			sig := syscall.SIGTERM
+			if sn.kill.Load() {
+				sig = syscall.SIGKILL
+			}
+			_ = sn.cmd.Process.Signal(sig)
 			err := sn.cmd.Wait()
 			s.mu.Lock()
 			if ps := sn.cmd.ProcessState; ps != nil {
@@ -234,7 +243,7 @@ func (s *Scheduled) start(hook string, gpuEnv []string) {
 		return
 	}
 	sn.n = &timeslice.Node{GrantDir: schedproto.GrantDir(hook), ContainersDir: containers,
-		Source: timeslice.LimitsFiles{Dir: containers}, Config: cfg, Logger: s.Logger}
+		Source: timeslice.LimitsFiles{Dir: containers}, Config: cfg, Logger: s.Logger, Tracer: s.Tracer}
 	go func() { sn.done <- sn.n.Run(ctx) }()
 }
 
@@ -260,12 +269,19 @@ func (s *Scheduled) Stats() map[string]map[schedproto.UUID]timeslice.GPUReport {
 
 // Restart stops every node's scheduler and starts it again after pause (a scheduler restarting
 // mid-run, as a DaemonSet's pod does).
-func (s *Scheduled) Restart(pause func()) {
+func (s *Scheduled) Restart(pause func()) { s.restart(false, pause) }
+
+// KillRestart SIGKILLs every node's scheduler binary (nothing set Off: its grants stay as they
+// were, the beat stops) and starts a new one after pause.
+func (s *Scheduled) KillRestart(pause func()) { s.restart(true, pause) }
+
+func (s *Scheduled) restart(kill bool, pause func()) {
 	s.mu.Lock()
 	nodes := s.nodes
 	s.nodes = map[string]*schedNode{}
 	s.mu.Unlock()
 	for _, sn := range nodes {
+		sn.kill.Store(kill)
 		sn.cancel()
 		<-sn.done
 		if pause != nil {

@@ -64,7 +64,11 @@ func (g *GPU) account(dt time.Duration, den int, now time.Time) {
 		limit := g.quantum(s, den)
 		switch {
 		case s == g.holder:
-			limit = time.Duration(1 << 62)
+			// The holder's grows while it is charged, but never past what is left of its slice
+			// and a waiting container's saving: a slice stretched by an overlap (charged only
+			// its part) must not leave it a credit of seconds, paid out afterwards as seconds
+			// over its limit.
+			limit = max(g.budget-g.spent, 0) + limit*3/2
 		case g.pending(s, now):
 			limit = limit * 3 / 2
 		}

@@ -2,6 +2,8 @@ package computebench_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/limitbed/limitbed/harness/computebench/sharetest"
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/internal/cbuild"
+	"github.com/limitbed/limitbed/plugin/schedproto"
 )
 
 // A process that dies while its work runs under its container's slice (a benchmark killing its
@@ -105,4 +108,30 @@ func TestSchedulerKilledAndReplaced(t *testing.T) {
 		}
 		t.Logf("%s: 10 s %v", c.Name, c.Long)
 	}
+}
+
+// A container's grant file removed on the node mid-run (an operator's slip, a cleaner): its running
+// processes still hold the file they mapped; the node goes on driving them through it, and puts the
+// file back in its place for the processes the container starts later. Before, the container was
+// dropped (its entries set Off), its library paced itself beside the neighbour's slices and the
+// 50 % neighbour lost 0.11.
+func TestSchedulerGrantFileRemoved(t *testing.T) {
+	t.Parallel()
+	r, _ := scheduled(t)
+	sc := onGPUs("grant-removed", computebench.ScenarioSeconds+2,
+		scenario("removed", computebench.Container{Name: "tenant", Policy: "force", Limit: 30},
+			computebench.Container{Name: "neighbour", Policy: "force", Limit: 50}))
+	go func() {
+		time.Sleep(12 * time.Second) // baselines, then about 6 s into the scenario
+		grants, _ := filepath.Glob(filepath.Join(r.Dir, "shared*", "vgpu", "sched", "g0-tenant_main"+schedproto.GrantSuffix))
+		for _, g := range grants {
+			if err := os.Remove(g); err != nil {
+				t.Errorf("remove %s: %v", g, err)
+			}
+		}
+		if len(grants) == 0 {
+			t.Errorf("no grant file of g0-tenant under %s", r.Dir)
+		}
+	}()
+	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
 }

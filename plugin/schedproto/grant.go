@@ -2,8 +2,11 @@ package schedproto
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -51,6 +54,9 @@ type GrantFile struct {
 	gpus []UUID
 	dev  uint64
 	ino  uint64
+	// mirror is the file Restore put back at Path: every write goes to both (the container's
+	// running processes hold the first, the ones it starts later map the mirror).
+	mirror *GrantFile
 }
 
 // OpenGrant maps the grant file at path after checking that it is one (a regular file of
@@ -117,12 +123,18 @@ func (g *GrantFile) Set(i int, s State, grantID uint32, budget time.Duration) {
 	seq, _ := SplitWord(atomic.LoadUint32(w))
 	atomic.StoreUint32(w, Word(seq+1, s))
 	futexWakeAll(w)
+	if g.mirror != nil {
+		g.mirror.Set(i, s, grantID, budget)
+	}
 }
 
 // Beat bumps entry i's heartbeat, which tells the library the scheduler still drives the entry.
 // The word is left alone: a launcher holding its slice compares the word only.
 func (g *GrantFile) Beat(i int) {
 	atomic.AddUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])), 1)
+	if g.mirror != nil {
+		g.mirror.Beat(i)
+	}
 }
 
 // Allowed returns entry i's allowed time (allowed_us, sched.h): what a scheduler that drove the
@@ -138,6 +150,9 @@ func (g *GrantFile) BeatAllowed(i int, allowed time.Duration) {
 	beat := (*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat]))
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offStamp])), atomic.LoadUint32(beat)+1)
 	atomic.AddUint32(beat, 1)
+	if g.mirror != nil {
+		g.mirror.BeatAllowed(i, allowed)
+	}
 }
 
 func (g *GrantFile) allowed(i int) *uint64 {
@@ -152,11 +167,17 @@ func (g *GrantFile) Beats(i int) uint32 {
 // SetPeriod records the scheduler's period in the header.
 func (g *GrantFile) SetPeriod(d time.Duration) {
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[offPeriod])), uint32(min(d.Microseconds(), 1<<32-1)))
+	if g.mirror != nil {
+		g.mirror.SetPeriod(d)
+	}
 }
 
 // Replaced reports whether Path now names another file (the plugin re-allocated the container and
 // published a new grant file) or none.
 func (g *GrantFile) Replaced() bool {
+	if g.mirror != nil {
+		return g.mirror.Replaced()
+	}
 	var st unix.Stat_t
 	if err := unix.Lstat(g.Path, &st); err != nil {
 		return true
@@ -164,13 +185,62 @@ func (g *GrantFile) Replaced() bool {
 	return uint64(st.Dev) != g.dev || st.Ino != g.ino
 }
 
-// Close unmaps the file.
+// Gone reports whether nothing is at Path any more (removed, not replaced).
+func (g *GrantFile) Gone() bool {
+	_, err := os.Lstat(g.Path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// Restore puts the file back at Path when it was removed there while mapped: a copy of what it
+// says now, published atomically (written aside, renamed into place), driven from then on with it
+// (Set, Beat… write both). The container's running processes keep the file they mapped; those it
+// starts later find the copy.
+func (g *GrantFile) Restore() error {
+	if g.mirror != nil {
+		_ = g.mirror.Close()
+		g.mirror = nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(g.Path), ".restore-*")
+	if err != nil {
+		return fmt.Errorf("restore grant file %s: %w", g.Path, err)
+	}
+	b := make([]byte, FileSize)
+	copy(b, g.mem)
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), g.Path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("restore grant file %s: %w", g.Path, err)
+	}
+	m, err := OpenGrant(g.Path)
+	if err != nil {
+		return fmt.Errorf("restore grant file %s: %w", g.Path, err)
+	}
+	g.mirror = m
+	return nil
+}
+
+// Close unmaps the file (and its restored copy).
 func (g *GrantFile) Close() error {
 	if g.mem == nil {
 		return nil
 	}
 	err := unix.Munmap(g.mem)
 	g.mem = nil
+	if g.mirror != nil {
+		if merr := g.mirror.Close(); err == nil {
+			err = merr
+		}
+		g.mirror = nil
+	}
 	return err
 }
 

@@ -360,3 +360,65 @@ func TestReportLiveLocks(t *testing.T) {
 		t.Errorf("a library without live locks: %+v, want never gone", e)
 	}
 }
+
+// A grant file removed while mapped is put back at its path, a copy of what it says, and every
+// write from then on reaches both: the processes that mapped the first and those that map the copy.
+func TestGrantFileRestore(t *testing.T) {
+	b, err := GrantSpec{GPUs: []UUID{gpuA}, Period: 100 * time.Millisecond}.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, b)
+	g, err := OpenGrant(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.Set(0, Run, 7, 30*time.Millisecond)
+	if g.Gone() || g.Replaced() {
+		t.Fatal("in place: gone or replaced")
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Gone() {
+		t.Fatal("removed: not gone")
+	}
+	if err := g.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if g.Gone() || g.Replaced() {
+		t.Error("restored: gone or replaced")
+	}
+	read := func() State {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, words, err := DecodeGrant(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, s := SplitWord(words[0])
+		return s
+	}
+	if s := read(); s != Run {
+		t.Errorf("restored file says %v, want the mapping's run", s)
+	}
+	g.Set(0, Wait, 0, 0)
+	if s := read(); s != Wait {
+		t.Errorf("after a write: the restored file says %v, want wait", s)
+	}
+	if _, s := g.Load(0); s != Wait {
+		t.Errorf("after a write: the first mapping says %v, want wait", s)
+	}
+	if err := os.WriteFile(p+".new", b, 0o644); err != nil { // the plugin publishes a new one
+		t.Fatal(err)
+	}
+	if err := os.Rename(p+".new", p); err != nil {
+		t.Fatal(err)
+	}
+	if !g.Replaced() {
+		t.Error("a new file at the path: not replaced")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -116,9 +117,22 @@ func (n *Node) refresh(ctx context.Context) {
 		n.reopenReport(c)
 	}
 	for key, c := range n.ctrs {
-		if !seen[key] {
-			n.drop(c)
+		if seen[key] {
+			continue
 		}
+		// Removed while its container lives (its directory is there): its processes still hold
+		// the file, so the node goes on driving them, and puts it back for the processes the
+		// container starts later. Dropping it left them pacing themselves beside the others'
+		// slices (a 50 % neighbour lost 0.11).
+		if _, err := os.Lstat(filepath.Join(n.ContainersDir, key)); err == nil && c.grant.Gone() {
+			if err := c.grant.Restore(); err != nil {
+				n.Logger.Error(err, "Grant file removed; still driving the container through its mapping", "container", key)
+			} else {
+				n.Logger.Info("Grant file removed while its container runs: put back", "container", key)
+			}
+			continue
+		}
+		n.drop(c)
 	}
 }
 

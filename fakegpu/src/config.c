@@ -101,6 +101,14 @@ static int device_model(fg_config *c, char *err, size_t errlen) {
                  (unsigned long long)c->power_boost);
         return -1;
     }
+    c->power_work = p->power_work_pct ? p->power_work_pct : 100;
+    if (env_u64("FAKEGPU_POWER_WORK_PCT", &c->power_work, err, errlen) < 0)
+        return -1;
+    if (c->power_work < 1 || c->power_work > 100) {
+        snprintf(err, errlen, "FAKEGPU_POWER_WORK_PCT (or the profile's power_work_pct) %llu: want the percentage of the clock's "
+                 "gain that is work, 1 to 100", (unsigned long long)c->power_work);
+        return -1;
+    }
     c->sm_clock_mhz = p->sm_clock_mhz ? p->sm_clock_mhz : 1500;
     if (c->sm_clock_mhz > 10000) {
         snprintf(err, errlen, "the profile's sm_clock_mhz %llu: want the SM clock at full load in MHz, up to 10000",

@@ -34,6 +34,7 @@ typedef struct fg_config {
     uint64_t util_window_ns;
     int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
+    uint64_t power_work;   /* FAKEGPU_POWER_WORK_PCT: the part of the clock's gain that is work, percent */
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
     uint64_t sm_clock_mhz; /* the profile's sm_clock_mhz: the SM clock at full load */

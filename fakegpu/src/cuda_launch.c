@@ -24,6 +24,9 @@
 /* The duration of dur ns of nominal work submitted now (lock held): see FAKEGPU_POWER_BOOST. */
 static uint64_t powered_ns(unsigned unit, uint64_t dur, uint64_t now) {
     uint64_t speed = fg_state_speed(&fg_cu.st, unit, now, fg_cu.cfg.power_boost);
+    /* The clock shows the whole gain; the work, power_work percent of it: a card whose kernels are
+     * partly memory- or latency-bound gains less from a higher clock than the clock says. */
+    speed = 100 + (speed - 100) * fg_cu.cfg.power_work / 100;
     return dur > UINT64_MAX / 100 ? dur / speed * 100 : dur * 100 / speed;
 }
 

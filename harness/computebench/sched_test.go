@@ -191,21 +191,36 @@ func TestSchedulerRestart(t *testing.T) {
 	}
 }
 
-// On a power-capped GPU (FAKEGPU_POWER_BOOST=125: a quarter faster while partly idle, as an
-// H200's GEMMs) each container holds its share of the work, not of the time: vgpu-scheduler, as
-// a process with the node's fakegpu, reads each GPU's SM clock through NVML and charges slices by
-// it (plugin/timeslice/speed.go). Charged by time, 30 % + 50 % do 0.375 + 0.625.
+// On a power-capped GPU each container holds its share of the work, not of the time:
+// vgpu-scheduler, as a process with the node's fakegpu, reads each GPU's SM clock and name through
+// NVML and charges slices by the clock's gain over full load, as far as it is work on that card
+// (plugin/timeslice/cards.go). The H100 as fakegpu's h100-80g models it (the clock 13 % over full
+// load while partly idle, 0.3 of that work): charged the whole clock gain, 30 % + 50 % did
+// 0.276 / 0.460 here and 0.270 / 0.460 on the card. The H200 (h200-141g: +30 %, 0.61 of it work):
+// 30 + 50 alone on its GPU.
 func TestSchedulerHoldsWorkOnAPowerCappedGPU(t *testing.T) {
 	t.Parallel()
-	r, s := scheduled(t)
 	bin, err := node.BuildBinary(context.Background(), cbuild.RepoRoot(), t.TempDir(), "vgpu-scheduler")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Binary = bin
-	r.Env = append(r.Env, "FAKEGPU_POWER_BOOST=125")
-	sc := onGPUs("power-capped", computebench.ScenarioSeconds+2,
-		shares("uniform", 0, 30, 50), shares("mix", time.Second, 30, 50), shares("uniform", 0, 10, 90),
-		shares("uniform", 0, 30))
-	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
+	t.Run("h100", func(t *testing.T) {
+		t.Parallel()
+		r, s := scheduled(t)
+		s.Binary = bin
+		// 8x-h100-80g's GPUs are H100s: the engine as h100-80g models one.
+		r.Env = append(r.Env, "FAKEGPU_POWER_BOOST=113", "FAKEGPU_POWER_WORK_PCT=30")
+		sc := onGPUs("power-capped-h100", computebench.ScenarioSeconds+2,
+			shares("uniform", 0, 30, 50), shares("mix", time.Second, 30, 50), shares("uniform", 0, 20, 30, 40),
+			shares("uniform", 0, 10, 90), shares("uniform", 0, 30))
+		sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
+	})
+	t.Run("h200", func(t *testing.T) {
+		t.Parallel()
+		r, s := scheduled(t)
+		s.Binary = bin
+		sc := shares("uniform", 0, 30, 50)
+		sc.Name, sc.Profile, sc.Seconds = "power-capped-h200", "h200-141g", computebench.ScenarioSeconds+2
+		sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
+	})
 }

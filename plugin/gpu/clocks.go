@@ -22,19 +22,9 @@ type Clocks struct {
 func (c *Clocks) SMClock(uuid string) (uint32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.init {
-		if ret := c.Lib.Init(); ret != nvml.SUCCESS {
-			return 0, fmt.Errorf("nvml init: %w", nvmlError(ret))
-		}
-		c.init, c.handles = true, map[string]nvml.Device{}
-	}
-	h, ok := c.handles[uuid]
-	if !ok {
-		var ret nvml.Return
-		if h, ret = c.Lib.DeviceGetHandleByUUID(uuid); ret != nvml.SUCCESS {
-			return 0, fmt.Errorf("nvml device %s: %w", uuid, nvmlError(ret))
-		}
-		c.handles[uuid] = h
+	h, err := c.handle(uuid)
+	if err != nil {
+		return 0, err
 	}
 	mhz, ret := h.GetClockInfo(nvml.CLOCK_SM)
 	if ret != nvml.SUCCESS {
@@ -44,6 +34,40 @@ func (c *Clocks) SMClock(uuid string) (uint32, error) {
 		return 0, fmt.Errorf("nvml SM clock of %s: %w", uuid, nvmlError(ret))
 	}
 	return mhz, nil
+}
+
+// Name returns the GPU's product name as NVML gives it ("NVIDIA H100 80GB HBM3").
+func (c *Clocks) Name(uuid string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.handle(uuid)
+	if err != nil {
+		return "", err
+	}
+	name, ret := h.GetName()
+	if ret != nvml.SUCCESS {
+		return "", fmt.Errorf("nvml name of %s: %w", uuid, nvmlError(ret))
+	}
+	return name, nil
+}
+
+// handle initialises NVML if needed and looks the GPU up (c.mu held).
+func (c *Clocks) handle(uuid string) (nvml.Device, error) {
+	if !c.init {
+		if ret := c.Lib.Init(); ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvml init: %w", nvmlError(ret))
+		}
+		c.init, c.handles = true, map[string]nvml.Device{}
+	}
+	h, ok := c.handles[uuid]
+	if !ok {
+		var ret nvml.Return
+		if h, ret = c.Lib.DeviceGetHandleByUUID(uuid); ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvml device %s: %w", uuid, nvmlError(ret))
+		}
+		c.handles[uuid] = h
+	}
+	return h, nil
 }
 
 // Shutdown releases NVML if a read initialised it.

@@ -36,6 +36,9 @@ type Config struct {
 	// Calibrate: how long a calibration fills the GPU with the limited containers' slices
 	// (speed.go); 0: never (slices share time when the GPU never runs at full load by itself).
 	Calibrate time.Duration
+	// ClockGain: the part of the SM clock's gain over full load that is work (cards.go); 0: the
+	// card's, by its name.
+	ClockGain float64
 	// Recalibrate: a calibration is due, for a container that starts taking turns, only when the
 	// clock at full load was last learned (or a calibration ran) longer ago than this.
 	Recalibrate time.Duration

@@ -26,6 +26,7 @@ type gpuLoop struct {
 	joined   uint32    // the last slice whose join was logged (-v=6)
 	clockAt  time.Time // the SM clock was last read then
 	clockErr bool      // the last reading failed (logged at the first of a run of failures)
+	named    bool      // its clock gain was set (from its card's name, or Config.ClockGain)
 }
 
 // bellGap is the least time between two waits on a draining container's bell: the container can
@@ -163,6 +164,19 @@ func (n *Node) readClock(l *gpuLoop, now time.Time) {
 		return
 	}
 	l.clockAt = now
+	if !l.named {
+		l.named = true
+		gain := n.Config.ClockGain
+		if nm, ok := n.Clocks.(interface{ Name(string) (string, error) }); ok && gain <= 0 {
+			if name, err := nm.Name(l.g.UUID.String()); err == nil {
+				gain = ClockGain(name)
+				n.Logger.Info("Charging slices by the SM clock", "gpu", l.g.UUID, "card", name, "clockGain", gain)
+			} else {
+				l.named = false // asked again at the next reading
+			}
+		}
+		l.g.SetClockGain(gain)
+	}
 	mhz, err := n.Clocks.SMClock(l.g.UUID.String())
 	if err != nil {
 		if !l.clockErr {

@@ -80,6 +80,9 @@ type sim struct {
 	busy   []bool // the last simPowerWindow, a step each
 	nbusy  int
 	speedX float64 // the speed now
+	// workGain: the part of the clock's gain that is work (a card whose kernels are partly bound
+	// by memory); 0: all of it.
+	workGain float64
 }
 
 const (
@@ -215,7 +218,11 @@ func (s *sim) gpu() {
 	if len(on) == 0 {
 		return
 	}
-	per := time.Duration(float64(simStep) * s.speedX / float64(len(on)))
+	work := s.speedX
+	if s.workGain > 0 {
+		work = 1 + (s.speedX-1)*s.workGain
+	}
+	per := time.Duration(float64(simStep) * work / float64(len(on)))
 	for _, c := range on {
 		left := per
 		for left > 0 && c.queued() > 0 {

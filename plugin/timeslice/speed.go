@@ -9,7 +9,8 @@ import "time"
 // 0.32 and 0.545 of the work (docs/benchmarks.md). The scheduler therefore charges a slice its
 // time times the GPU's speed against full load, read from the SM clock:
 //
-//	speed = clock now / clock at full load, 1 within 2 %, at most MaxSpeed.
+//	speed = 1 + (clock now / clock at full load − 1) × the card's gain (cards.go), 1 within 2 %,
+//	at most MaxSpeed.
 //
 // The clock at full load is learned whenever the GPU is busy for a whole learning window (the
 // limits of its busy containers sum to 100 % or more, or an unthrottled container fills the
@@ -34,6 +35,7 @@ const fullLoadBusy = 0.97
 type speedModel struct {
 	full float64 // the SM clock at full load (MHz); 0: not known
 	clk  float64 // the SM clock now (MHz), smoothed; 0: no reading
+	gain float64 // the part of the clock's gain that is work (ClockGain); 0: all of it
 
 	// The learning window: from winFrom, how long a slice or a drain ran, and the clock's
 	// readings.
@@ -65,14 +67,23 @@ func (g *GPU) Clock(now time.Time, mhz float64) {
 	}
 }
 
-// factor is the GPU's speed against full load: what a second of its time is charged.
+// factor is the GPU's speed against full load: what a second of its time is charged. The clock's
+// gain over full load counts for the part of it that is work on this card (cards.go).
 func (g *GPU) factor() float64 {
 	m := &g.speed
 	if m.full <= 0 || m.clk <= m.full*(1+speedDeadBand) {
 		return 1
 	}
-	return min(m.clk/m.full, MaxSpeed)
+	gain := m.gain
+	if gain <= 0 {
+		gain = 1
+	}
+	return min(1+(m.clk/m.full-1)*gain, MaxSpeed)
 }
+
+// SetClockGain sets the part of the clock's gain over full load that is work on this GPU
+// (ClockGain; 0 or less: all of it).
+func (g *GPU) SetClockGain(gain float64) { g.speed.gain = gain }
 
 // work is d of the GPU's time in full-load time, as charged.
 func (g *GPU) work(d time.Duration) time.Duration {

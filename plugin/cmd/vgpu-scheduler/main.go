@@ -41,6 +41,7 @@ type options struct {
 	nvmlLibrary    string
 	metricsAddress string
 	traceFile      string
+	clockGain      float64
 }
 
 // schedulerAPITimeout bounds each API server request of the scheduler's identity lookups: a
@@ -79,6 +80,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if o.calibrate < 0 || o.calibrate > time.Minute {
 		return options{}, fmt.Errorf("--calibrate (CALIBRATE) must be 0 (never) to 1m, got %v", o.calibrate)
 	}
+	if o.clockGain < 0 || o.clockGain > 1 {
+		return options{}, fmt.Errorf("--clock-gain (CLOCK_GAIN) must be 0 (the card's) or above 0 up to 1, got %v", o.clockGain)
+	}
 	if o.drainWait <= 0 || o.drainWait >= o.period {
 		return options{}, fmt.Errorf("--drain-wait (DRAIN_WAIT) must be positive and shorter than --period (%v), got %v", o.period, o.drainWait)
 	}
@@ -99,6 +103,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.calibrate, "calibrate", d.Calibrate, "how long a GPU whose limited containers leave it partly idle is filled with their slices to learn its SM clock at full load (slices are charged by the clock against it); 0: never")
 	fs.StringVar(&o.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (the driver's or fakegpu's), read for each GPU's SM clock; empty: the loader's search path")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9395", "listen address of /metrics; empty disables it")
+	fs.Float64Var(&o.clockGain, "clock-gain", 0, "the part of the SM clock's gain over its full-load value that is work on this node's GPUs (0 < gain <= 1; docs/plugin.md, \"Work, not time\"); 0: each card's own, by its name (1 for a card not in the table)")
 	fs.StringVar(&o.traceFile, "trace-file", "", "write every slice (grant, first launch, revocation, drain) and clock reading to this file as JSON lines (a measurement aid; docs/plugin.md, \"The trace\"); empty: none")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -111,7 +116,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 func serve(ctx context.Context, o options) error {
 	logger := klog.FromContext(ctx)
 	cfg := timeslice.DefaultConfig()
-	cfg.Period, cfg.DrainWait, cfg.Calibrate = o.period, o.drainWait, o.calibrate
+	cfg.Period, cfg.DrainWait, cfg.Calibrate, cfg.ClockGain = o.period, o.drainWait, o.calibrate, o.clockGain
 	containers := paths.ContainersDir(o.hookPath)
 	var src timeslice.Source = timeslice.LimitsFiles{Dir: containers}
 	if o.nodeName != "" {

@@ -135,3 +135,48 @@ func TestSchedulerGrantFileRemoved(t *testing.T) {
 	}()
 	sharetest.RequireShares(t, sharetest.Run(t, r, sc, sharetest.Tolerance))
 }
+
+// default, as the isolation design defines it: held to its limit while a neighbour of the same or a
+// higher priority runs kernels, full speed otherwise — a neighbour that stops mid-run frees it
+// within a period, one that starts again holds it within a period of its first launch. 1 s
+// windows of a default 30 % container beside a force 50 % one that stops at 7 s and another that
+// starts at 12 s (second 12 holds its process's start). Before (a neighbour busy for 0.5 s after
+// its last launch), second 7 read 0.565.
+func TestSchedulerDefaultFollowsItsNeighbour(t *testing.T) {
+	t.Parallel()
+	r, _ := scheduled(t)
+	sc := scenario("default-neighbour",
+		computebench.Container{Name: "d30", Policy: "default", Limit: 30, Priority: 1},
+		computebench.Container{Name: "n1", Policy: "force", Limit: 50, Priority: 1, Stop: 7 * time.Second},
+		computebench.Container{Name: "n2", Policy: "force", Limit: 50, Priority: 1, Start: 12 * time.Second})
+	sc.Seconds = 20
+	res := sharetest.Run(t, r, sc, sharetest.Tolerance)
+	var d []float64
+	for _, c := range res.Containers {
+		if c.Name == "d30" {
+			d = c.Windows
+		}
+	}
+	if len(d) < 20 {
+		t.Fatalf("d30: %d windows, want 20: %v", len(d), d)
+	}
+	for i, w := range d {
+		switch {
+		case i >= 2 && i <= 6, i >= 13:
+			if w < 0.25 || w > 0.37 {
+				t.Errorf("d30: second %d (a neighbour runs): %.3f, want its 0.30", i, w)
+			}
+		case i == 7:
+			// The neighbour's process starts a little after the scenario and stops launching 7 s
+			// after its own start: a period after its last kernel, this one runs free.
+			if w < 0.75 {
+				t.Errorf("d30: second 7 (alone from a little after 7 s): %.3f, want free within a period", w)
+			}
+		case i >= 8 && i <= 11:
+			if w < 0.95 {
+				t.Errorf("d30: second %d (alone): %.3f, want full speed", i, w)
+			}
+		}
+	}
+	t.Logf("d30 per second: %v", d)
+}

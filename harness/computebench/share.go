@@ -20,6 +20,7 @@ type Container struct {
 	Policy   string        `json:"policy"`   // force | default | disable (GPU_CORE_UTILIZATION_POLICY), or none: no libvgpu.so
 	Priority int           `json:"priority"` // CUDA_TASK_PRIORITY (lower is higher)
 	Start    time.Duration `json:"start"`    // after the scenario's start
+	Stop     time.Duration `json:"stop,omitempty"` // it stops launching then (0: at the scenario's end)
 	Workload string        `json:"workload"` // uniform | mix | graph | burst
 	KernelUS int           `json:"kernel_us"`
 	Burst    int           `json:"burst"` // burst: kernels per synchronisation
@@ -72,6 +73,9 @@ func (c Container) String() string {
 	if c.Die > 0 {
 		s += ",die=" + c.Die.String()
 	}
+	if c.Stop > 0 {
+		s += ",stop=" + c.Stop.String()
+	}
 	if c.Report != "" {
 		s += ",report=" + c.Report
 	}
@@ -95,7 +99,7 @@ type Scenario struct {
 	Containers []Container `json:"containers"`
 }
 
-const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report held want min"
+const specKeys = "name gpu limit policy priority start workload kernel-us burst procs die report held stop want min"
 
 // ReportPlants are what a container can put in its scheduler report's place (Container.Report).
 var ReportPlants = []string{"symlink", "dir", "short"}
@@ -144,6 +148,11 @@ func ParseContainer(spec string, index int) (Container, error) {
 			c.Held, err = strconv.ParseBool(v)
 		case "report":
 			c.Report, err = v, oneOf(v, ReportPlants)
+		case "stop":
+			c.Stop, err = time.ParseDuration(v)
+			if err == nil && (c.Stop <= 0 || c.Stop > time.Hour) {
+				err = fmt.Errorf("want more than 0, at most 1h")
+			}
 		case "die":
 			c.Die, err = time.ParseDuration(v)
 			if err == nil && (c.Die <= 0 || c.Die > time.Hour) {
@@ -166,6 +175,9 @@ func ParseContainer(spec string, index int) (Container, error) {
 		if err != nil {
 			return c, fmt.Errorf("container %q: %s=%s: %w", spec, k, v, err)
 		}
+	}
+	if c.Stop > 0 && c.Stop <= c.Start {
+		return c, fmt.Errorf("container %q: stop must come after start", spec)
 	}
 	if c.Die > 0 && c.Procs < 2 {
 		return c, fmt.Errorf("container %q: die needs procs of 2 or more (one dies, the others go on)", spec)

@@ -350,7 +350,11 @@ func (r *SharedRunner) startAll(ctx context.Context, sc Scenario, smp *sampler, 
 		// Its windows are whole seconds of the scenario from its offset; the process starts a few
 		// ms later, which only the first (unjudged) window sees.
 		starts[i] = t0ns + uint64(c.Start)
-		ps, err := r.start(ctx, c, gpu, node, sc.Seconds-c.Start.Seconds())
+		secs := sc.Seconds - c.Start.Seconds()
+		if c.Stop > 0 {
+			secs = (c.Stop - c.Start).Seconds()
+		}
+		ps, err := r.start(ctx, c, gpu, node, secs)
 		procs = append(procs, ps...)
 		if err != nil {
 			return starts, procs, err

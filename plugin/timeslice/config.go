@@ -53,7 +53,7 @@ func DefaultConfig() Config {
 		JoinTimeout: 50 * time.Millisecond,
 		JoinGrace:   2 * time.Millisecond,
 		PendingHold: 50 * time.Millisecond,
-		ActiveHold:  500 * time.Millisecond,
+		ActiveHold:  100 * time.Millisecond,
 		ClockEvery:  20 * time.Millisecond,
 		SpeedWindow: time.Second,
 		Calibrate:   1500 * time.Millisecond,

@@ -15,13 +15,13 @@ import (
 // work (FAKEGPU_CONTAINER = Name), divided by the same workload's rate alone and unthrottled.
 type Container struct {
 	Name     string        `json:"name"`
-	GPU      int           `json:"gpu"`      // NVML index: CUDA_VISIBLE_DEVICES
-	Limit    int           `json:"limit"`    // CUDA_DEVICE_SM_LIMIT, percent
-	Policy   string        `json:"policy"`   // force | default | disable (GPU_CORE_UTILIZATION_POLICY), or none: no libvgpu.so
-	Priority int           `json:"priority"` // CUDA_TASK_PRIORITY (lower is higher)
-	Start    time.Duration `json:"start"`    // after the scenario's start
+	GPU      int           `json:"gpu"`            // NVML index: CUDA_VISIBLE_DEVICES
+	Limit    int           `json:"limit"`          // CUDA_DEVICE_SM_LIMIT, percent
+	Policy   string        `json:"policy"`         // force | default | disable (GPU_CORE_UTILIZATION_POLICY), or none: no libvgpu.so
+	Priority int           `json:"priority"`       // CUDA_TASK_PRIORITY (lower is higher)
+	Start    time.Duration `json:"start"`          // after the scenario's start
 	Stop     time.Duration `json:"stop,omitempty"` // it stops launching then (0: at the scenario's end)
-	Workload string        `json:"workload"` // uniform | mix | graph | burst
+	Workload string        `json:"workload"`       // uniform | mix | graph | burst
 	KernelUS int           `json:"kernel_us"`
 	Burst    int           `json:"burst"` // burst: kernels per synchronisation
 	Procs    int           `json:"procs"`

@@ -147,7 +147,10 @@ func (v smiView) screen() {
 		v.t.Errorf("default screen has no header:\n%s", screen)
 	}
 	for i, g := range v.gpus {
-		if want := fmt.Sprintf(`\b%dMiB /\s*%dMiB\b`, v.inf.Devices[i].Used, g.MemoryMiB); !regexp.MustCompile(want).MatchString(screen) {
+		// nvidia-smi 535 cuts a memory column that does not fit ("1518MiB / 14377..." for an H200).
+		total := strconv.FormatUint(g.MemoryMiB, 10)
+		want := fmt.Sprintf(`\b%dMiB /\s*(%sMiB\b|%s\.\.\.)`, v.inf.Devices[i].Used, total, total[:min(len(total), 5)])
+		if !regexp.MustCompile(want).MatchString(screen) {
 			v.t.Errorf("default screen lacks GPU %d's %q:\n%s", i, want, screen)
 		}
 		for _, m := range v.inf.Devices[i].MIG {

@@ -49,6 +49,8 @@ func TestRefs(t *testing.T) {
 // starts a metric named here, so a renamed metric fails here, not on a GPU machine.
 func TestScriptsSpellOnlyTheseNames(t *testing.T) {
 	scripts, err := filepath.Glob(filepath.Join("..", "..", "..", "scripts", "*.sh"))
+	sections, _ := filepath.Glob(filepath.Join("..", "..", "..", "harness", "gpu", "sections", "*.sh"))
+	scripts = append(scripts, sections...)
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no scripts found: %v", err)
 	}

@@ -14,7 +14,7 @@ else
 	for name in $(cut -f1 "$cases" | awk '!seen[$0]++'); do
 		specs=()
 		while IFS=$'\t' read -r c pod lim pol start _ _; do
-			[ "$c" = "$name" ] && specs+=(--container "name=$pod,limit=$lim,policy=$pol,start=$start,workload=mix")
+			[ "$c" = "$name" ] && specs+=(--container "name=$pod,limit=$lim,policy=$pol,start=${start}s,workload=mix")
 		done <"$cases"
 		out=$("$LB" bench compute --scheduler --scheduler-binary "$BIN/vgpu-scheduler" --profile "$PROFILE" --root "$ROOT" \
 			--build "$BUILD/fake" --seconds "$fsecs" --json "${specs[@]}" 2>"$WORK/fidelity-sched.err")
@@ -35,7 +35,7 @@ for c in r["containers"]:
 		while IFS=$'\t' read -r c pod lim _ _ _ mean; do
 			[ "$c" = "$name" ] || continue
 			rec "sched $c: pod $lim % share" auto --figure "$mean" --fake "$(awk -v p="$pod" '$1 == p { print $2 }' <<<"$fake_shares")" \
-				--unit share --tol 0.03 --key "$PROFILE.profile: power_boost, nvml_samples (the scheduler's inputs on fakegpu: docs/fakegpu.md)" \
+				--unit share --tol 0.03 --key "$PROFILE.profile: power_boost, power_work_pct, nvml_samples (the scheduler's inputs on fakegpu: docs/fakegpu.md)" \
 				--noise 0.03 --note "mean of the 1 s windows after 2 s; the card ran PyTorch GEMMs, fakegpu the shape mix"
 		done <"$cases"
 	done

@@ -267,11 +267,45 @@ def fmt(v):
     return str(v)
 
 
+def worst(ten, limit):
+    """The 10 s window farthest from the limit."""
+    return max(ten, key=lambda x: abs(x - limit)) if ten else None
+
+
+def tsv(res):
+    """Lines for the GPU tier's sched section (harness/gpu/sections/sched.sh):
+    pod CASE POD MODE LIMIT POLICY DELAY WORST10 MEAN ONE_S...   (shares of the pod's reference)
+    case CASE GPU_BUSY IDLE_BETWEEN SUM_LIMITS SUM_MEANS SLICES"""
+    out = []
+    for r in res:
+        sum_l = sum_m = 0.0
+        every = True
+        for p in r["pods"]:
+            if p["limit"] <= 0:
+                continue
+            sh = p["shares"]
+            if not sh or not sh["ten"]:
+                every = False
+                out.append("pod\t%s\t%s\t%s\t%d\t%s\t%g\t-\t-\t%s" % (r["case"], p["pod"], p["mode"], p["limit"], p["policy"], p["delay"], p["error"] or "no reference"))
+                continue
+            after = sh["one"][2:]
+            mean_ = sum(after) / len(after) if after else 0
+            sum_l += p["limit"] / 100.0
+            sum_m += mean_
+            out.append("pod\t%s\t%s\t%s\t%d\t%s\t%g\t%.4f\t%.4f\t%s" % (r["case"], p["pod"], p["mode"], p["limit"], p["policy"], p["delay"],
+                       worst(sh["ten"], p["limit"] / 100.0), mean_, " ".join("%.4f" % x for x in sh["one"])))
+        if sum_l > 0:
+            out.append("case\t%s\t%s\t%s\t%.4f\t%s\t%s" % (r["case"], fmt(r.get("gpu_busy")), fmt(r.get("idle_between_slices")), sum_l,
+                       "%.4f" % sum_m if every else "-", r.get("slices", "-")))
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rundir")
     ap.add_argument("--skip", type=float, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tsv", action="store_true")
     a = ap.parse_args()
     names = sorted(os.listdir(a.rundir), key=lambda n: os.path.getmtime(os.path.join(a.rundir, n, "start_ns")) if os.path.exists(os.path.join(a.rundir, n, "start_ns")) else 0)
     cases = [c for c in (load_case(os.path.join(a.rundir, n)) for n in names) if c]
@@ -279,6 +313,9 @@ def main():
     res = [analyze_case(c, refs, i, a.skip) for i, c in enumerate(cases)]
     if a.json:
         print(json.dumps({"refs": refs, "cases": res}, indent=1))
+        return 0
+    if a.tsv:
+        print(tsv(res))
         return 0
     for mode, rs in refs.items():
         print("reference %s: %s" % (mode, ", ".join("%s %.1f/s" % (r[2], r[1]) for r in rs)))

@@ -18,7 +18,8 @@
 # pN.json (the workload's windows and stamps), pN.err, trace.jsonl, scheduler.log, smi.csv,
 # metrics.txt. Environment: BIN (vgpu-scheduler, limitbed; default build/bin), LIB (libvgpu.so;
 # default build/lib/libvgpu.so), SCHED_ARGS (extra scheduler flags), STAMPS (slots per pod, 40000),
-# PRIVATENS_ARGS (extra privatens flags: a fakegpu state directory to --bind).
+# PRIVATENS_ARGS (extra privatens flags: a fakegpu state directory to --bind), PY (the python that
+# has PyTorch; default python3).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -33,6 +34,8 @@ for b in "$bin/vgpu-scheduler" "$bin/limitbed" "$lib"; do
 	[ -e "$b" ] || { echo "sched_cases: $b missing (BIN=, LIB=)" >&2; exit 2; }
 done
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
+nv=()
+[ -d /usr/local/nvidia ] && nv=(--bind /usr/local/nvidia) # the driver's folder on some machines
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv >"$out/gpu.csv"
 
@@ -79,11 +82,11 @@ run_case() {
 		key=p${i}_main
 		(
 			sleep "$delay"
-			w=(python3 "$here/sched_workload.py" --mode "$mode" --seconds "$secs" --stamps "$stamps" --out "$dir/p$i.json")
+			w=("${PY:-python3}" "$here/sched_workload.py" --mode "$mode" --seconds "$secs" --stamps "$stamps" --out "$dir/p$i.json")
 			if [ "$limit" -gt 0 ]; then
 				# shellcheck disable=SC2086
 				"$root/hamicore/test/privatens" ${PRIVATENS_ARGS:-} --preload "$lib" --override-env "$hook/vgpu/containers/$key.limits" \
-					--bind /usr/local/nvidia --bind "$root" --bind "$dir" --mount "/usr/local/vgpu=$hook/vgpu/containers/$key" \
+					"${nv[@]}" --bind "$root" --bind "$dir" --mount "/usr/local/vgpu=$hook/vgpu/containers/$key" \
 					--mount-ro "/usr/local/vgpu/sched.grant=$hook/vgpu/sched/$key.grant" -- \
 					/usr/bin/env CUDA_VISIBLE_DEVICES="$uuid" LIBCUDA_LOG_LEVEL=3 PATH="$PATH" "${w[@]}"
 			else
@@ -96,7 +99,7 @@ run_case() {
 	done < <(pods "$spec")
 	wait "${pids[@]}"
 	if [ $sched = 1 ]; then
-		python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' \
+		"${PY:-python3}" -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' \
 			>"$dir/metrics.txt" 2>&1
 		kill -TERM "$spid"
 		wait "$spid"

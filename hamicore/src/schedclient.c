@@ -58,7 +58,7 @@ static struct lb_sched_report *map_report(const char *path)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0) {
-        LB_ERROR("compute limit: %s: cannot create the scheduler report (errno %d): pacing alone", path, errno);
+        LB_ERROR("compute limit: %s: cannot create the scheduler report (errno %d)", path, errno);
         return NULL;
     }
     struct stat st;
@@ -71,7 +71,7 @@ static struct lb_sched_report *map_report(const char *path)
     }
     close(fd);
     if (p == MAP_FAILED) {
-        LB_ERROR("compute limit: %s: cannot map the scheduler report: pacing alone", path);
+        LB_ERROR("compute limit: %s: cannot map the scheduler report", path);
         return NULL;
     }
     struct lb_sched_report *r = p;
@@ -83,7 +83,7 @@ static struct lb_sched_report *map_report(const char *path)
         atomic_compare_exchange_strong(magic, &m, LB_SCHED_REPORT_MAGIC);
     }
     if (atomic_load((_Atomic uint32_t *)&r->version) != LB_SCHED_VERSION) {
-        LB_ERROR("compute limit: %s: a report of version %u, this library writes %u: pacing alone", path, r->version,
+        LB_ERROR("compute limit: %s: a report of version %u, this library writes %u", path, r->version,
                  LB_SCHED_VERSION);
         munmap(p, LB_SCHED_FILE_SIZE);
         return NULL;

@@ -84,11 +84,10 @@ func Scale(v []float64, unit float64) []float64 {
 }
 
 // LongestStall is the longest time between two samples taken from `from` to `to` that read the
-// same value: the counter did not move for at least that long. The stall itself is at most two
-// reading intervals longer (it began after the last reading that saw the counter move and ended
-// before the next one).
-func LongestStall(s []Sample, from, to uint64) uint64 {
-	var longest uint64
+// same value (the counter did not move for at least that long), and the time of the first of
+// them. The stall itself is at most two reading intervals longer (it began after the last reading
+// that saw the counter move and ended before the next one).
+func LongestStall(s []Sample, from, to uint64) (length, at uint64) {
 	first := -1 // the first sample of the current run of equal values
 	for k, x := range s {
 		if x.T < from || x.T > to {
@@ -99,7 +98,9 @@ func LongestStall(s []Sample, from, to uint64) uint64 {
 			first = k
 			continue
 		}
-		longest = max(longest, x.T-s[first].T)
+		if d := x.T - s[first].T; d > length {
+			length, at = d, s[first].T
+		}
 	}
-	return longest
+	return length, at
 }

@@ -63,18 +63,18 @@ func TestLongestStall(t *testing.T) {
 		s = append(s, Sample{ts, val})
 	}
 	for _, c := range []struct {
-		name     string
-		from, to uint64
-		want     uint64
+		name          string
+		from, to      uint64
+		length, start uint64
 	}{
-		{"whole run", 0, 600 * ms, 150 * ms},
-		{"after the long one", 300 * ms, 600 * ms, 60 * ms},
-		{"cut by the span's start", 200 * ms, 600 * ms, 60 * ms},
-		{"the long one's tail", 180 * ms, 600 * ms, 70 * ms},
-		{"always moving", 500 * ms, 600 * ms, 0},
+		{"whole run", 0, 600 * ms, 150 * ms, 100 * ms},
+		{"after the long one", 300 * ms, 600 * ms, 60 * ms, 400 * ms},
+		{"cut by the span's start", 200 * ms, 600 * ms, 60 * ms, 400 * ms},
+		{"the long one's tail", 180 * ms, 600 * ms, 70 * ms, 180 * ms},
+		{"always moving", 500 * ms, 600 * ms, 0, 0},
 	} {
-		if got := LongestStall(s, c.from, c.to); got != c.want {
-			t.Errorf("%s: longest stall %d ms, want %d ms", c.name, got/ms, c.want/ms)
+		if length, at := LongestStall(s, c.from, c.to); length != c.length || at != c.start {
+			t.Errorf("%s: longest stall %d ms at %d ms, want %d ms at %d ms", c.name, length/ms, at/ms, c.length/ms, c.start/ms)
 		}
 	}
 }

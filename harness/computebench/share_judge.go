@@ -45,8 +45,9 @@ func judgeShared(sc Scenario, tol float64, snaps []gpuwork.Snapshot, t0 uint64, 
 		cr := ContainerResult{Container: c, Unthrottled: unthrottled[i], Kernels: last.Kernels, WorkNS: last.WorkNS}
 		cr.Windows = window.Scale(window.Seconds(series, starts[i], end), unthrottled[i])
 		cr.Long = window.Scale(window.Long(series, starts[i], end), unthrottled[i])
-		stall, at := window.LongestStall(series, starts[i]+SkipWindows*window.Second, end)
-		cr.LongestStall, cr.LongestStallAt = time.Duration(stall), time.Duration(at-starts[i])
+		if stall, at := window.LongestStall(series, starts[i]+SkipWindows*window.Second, end); stall > 0 {
+			cr.LongestStall, cr.LongestStallAt = time.Duration(stall), time.Duration(at-starts[i])
+		}
 		lo, hi, judged := c.Expect(tol)
 		if judged {
 			cr.Judged, cr.Lo, cr.Hi, cr.OK = true, lo, hi, len(cr.Long) > 0

@@ -34,8 +34,11 @@ func ReportShared(w io.Writer, r *Result, perWindow bool) {
 		fmt.Fprintf(w, "%-12s %3d %-8s %4d%% %4d %6s %-8s %6.3f %-13s %-13s %-11s %s\n", c.Name, c.GPU, c.Policy, c.Limit,
 			c.Priority, c.Start, c.Workload, c.Unthrottled, span(one), span(c.Long), want, verdict)
 		if perWindow {
-			fmt.Fprintf(w, "    1 s: %s; longest stall after 2 s: %s at %.2f s\n", joinFloats(c.Windows),
-				c.LongestStall.Round(time.Millisecond), c.LongestStallAt.Seconds())
+			stall := "none seen"
+			if c.LongestStall > 0 {
+				stall = fmt.Sprintf("%s at %.2f s", c.LongestStall.Round(time.Millisecond), c.LongestStallAt.Seconds())
+			}
+			fmt.Fprintf(w, "    1 s: %s; longest stall after 2 s: %s\n", joinFloats(c.Windows), stall)
 		}
 	}
 	for _, g := range r.GPUs {

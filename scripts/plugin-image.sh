@@ -46,7 +46,9 @@ cp "$OUT/lib/libvgpu.so" "$OUT/lib/libvgpu-hami-v2.10.so" "$r/k8s-vgpu/lib/nvidi
 cp images/plugin/install.sh "$r/k8s-vgpu/bin/install.sh"
 cp "$OUT/lib/libcuda.so.1" "$OUT/lib/libnvidia-ml.so.1" "$r/fakegpu/lib/"
 cp fakegpu/profiles/*.profile "$r/fakegpu/profiles/"
-cp "$OUT/bin/cudaprobe" "$OUT/bin/gpuinfo" "$OUT/bin/spawnat" "$r/fakegpu/bin/"
+# The tools the kind tier runs on the node (spawnat, gpuwork: the GPU's completed work) and in pods
+# (cudaprobe, gpuinfo; hamicore-launchprobe: the compute limit's workload), from <hook>/vgpu/fakegpu/bin.
+cp "$OUT/bin/cudaprobe" "$OUT/bin/gpuinfo" "$OUT/bin/spawnat" "$OUT/bin/gpuwork" "$OUT/bin/hamicore-launchprobe" "$r/fakegpu/bin/"
 cp images/plugin/Dockerfile "$ctx/"
 
 hash=$(cd "$ctx" && find . -type f -o -type l | LC_ALL=C sort | while read -r f; do echo "$f"; if [ -L "$f" ]; then readlink "$f"; else cat "$f"; fi; done | sha256sum | cut -c1-16)

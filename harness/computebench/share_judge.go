@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitbed/limitbed/harness/gpuwork"
+	"github.com/limitbed/limitbed/harness/gpuwork/window"
 	"github.com/limitbed/limitbed/plugin/paths"
 )
 
@@ -31,19 +32,22 @@ func judgeShared(sc Scenario, tol float64, snaps []gpuwork.Snapshot, t0 uint64, 
 			return nil, fmt.Errorf("scenario %s: container %s: %w", sc.Name, c.Name, err)
 		}
 		used[c.GPU] = true
-		series := make([]sample, len(snaps))
+		series := make([]window.Sample, len(snaps))
 		works := make([]gpuwork.Work, len(snaps))
 		for k, s := range snaps {
 			w, err := s.ContainerWork(c.Name, unit)
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 			}
-			series[k], works[k] = sample{s.NowNS, w.WorkNS}, w
+			series[k], works[k] = window.Sample{T: s.NowNS, V: w.WorkNS}, w
 		}
-		last := works[nearest(series, end)]
+		last := works[window.Nearest(series, end)]
 		cr := ContainerResult{Container: c, Unthrottled: unthrottled[i], Kernels: last.Kernels, WorkNS: last.WorkNS}
-		cr.Windows = scale(windowRates(series, starts[i], end), unthrottled[i])
-		cr.Long = scale(longRates(series, starts[i], end), unthrottled[i])
+		cr.Windows = window.Scale(window.Seconds(series, starts[i], end), unthrottled[i])
+		cr.Long = window.Scale(window.Long(series, starts[i], end), unthrottled[i])
+		if stall, at := window.LongestStall(series, starts[i]+SkipWindows*window.Second, end); stall > 0 {
+			cr.LongestStall, cr.LongestStallAt = time.Duration(stall), time.Duration(at-starts[i])
+		}
 		lo, hi, judged := c.Expect(tol)
 		if judged {
 			cr.Judged, cr.Lo, cr.Hi, cr.OK = true, lo, hi, len(cr.Long) > 0
@@ -62,15 +66,15 @@ func judgeShared(sc Scenario, tol float64, snaps []gpuwork.Snapshot, t0 uint64, 
 	sort.Ints(gpus)
 	for _, g := range gpus {
 		unit, _ := unitOf(snaps[0], g)
-		series := make([]sample, len(snaps))
+		series := make([]window.Sample, len(snaps))
 		for k, s := range snaps {
 			w, err := s.UnitWork(unit)
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 			}
-			series[k] = sample{s.NowNS, w.BusyNS}
+			series[k] = window.Sample{T: s.NowNS, V: w.BusyNS}
 		}
-		res.GPUs = append(res.GPUs, GPUResult{GPU: g, Busy: windowRates(series, t0, end)})
+		res.GPUs = append(res.GPUs, GPUResult{GPU: g, Busy: window.Seconds(series, t0, end)})
 	}
 	return res, nil
 }

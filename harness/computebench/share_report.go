@@ -5,11 +5,13 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ReportShared writes one line per container (its spec, unthrottled rate, 1 s windows after its
 // first 2 s and 10 s windows as ranges, the band it is judged against, the verdict), each GPU's
-// busy fraction, and with perWindow every 1 s share and busy fraction.
+// busy fraction, and with perWindow every 1 s share and busy fraction (and each container's longest
+// stall).
 func ReportShared(w io.Writer, r *Result, perWindow bool) {
 	fmt.Fprintf(w, "scenario %s on %s, %.0f s: share = completed work / the workload's unthrottled rate\n", r.Scenario, r.Profile, r.Seconds)
 	fmt.Fprintf(w, "%-12s %3s %-8s %5s %4s %6s %-8s %6s %-13s %-13s %-11s %s\n", "container", "gpu", "policy", "limit", "prio",
@@ -32,7 +34,11 @@ func ReportShared(w io.Writer, r *Result, perWindow bool) {
 		fmt.Fprintf(w, "%-12s %3d %-8s %4d%% %4d %6s %-8s %6.3f %-13s %-13s %-11s %s\n", c.Name, c.GPU, c.Policy, c.Limit,
 			c.Priority, c.Start, c.Workload, c.Unthrottled, span(one), span(c.Long), want, verdict)
 		if perWindow {
-			fmt.Fprintf(w, "    1 s: %s\n", joinFloats(c.Windows))
+			stall := "none seen"
+			if c.LongestStall > 0 {
+				stall = fmt.Sprintf("%s at %.2f s", c.LongestStall.Round(time.Millisecond), c.LongestStallAt.Seconds())
+			}
+			fmt.Fprintf(w, "    1 s: %s; longest stall after 2 s: %s\n", joinFloats(c.Windows), stall)
 		}
 	}
 	for _, g := range r.GPUs {

@@ -69,10 +69,15 @@ type ContainerResult struct {
 	Long        []float64 `json:"long"`
 	Kernels     uint64    `json:"kernels"` // completed up to the scenario's end
 	WorkNS      uint64    `json:"work_ns"`
-	Judged      bool      `json:"judged"`
-	Lo          float64   `json:"lo,omitempty"`
-	Hi          float64   `json:"hi,omitempty"`
-	OK          bool      `json:"ok"`
+	// LongestStall is the longest time after its first 2 s between two readings of the records
+	// that found its work where it was (it did none meanwhile): its longest stall, less at most
+	// two ticks of the reading; LongestStallAt is when it began, from the container's start.
+	LongestStall   time.Duration `json:"longest_stall_ns"`
+	LongestStallAt time.Duration `json:"longest_stall_at_ns"`
+	Judged         bool          `json:"judged"`
+	Lo             float64       `json:"lo,omitempty"`
+	Hi             float64       `json:"hi,omitempty"`
+	OK             bool          `json:"ok"`
 }
 
 // GPUResult is one GPU's engine: busy fraction per 1 s window of the scenario.

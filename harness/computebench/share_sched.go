@@ -218,9 +218,8 @@ func (s *Scheduled) start(hook string, gpuEnv []string) {
 	sn := &schedNode{hook: hook, gpuEnv: gpuEnv, cancel: cancel, done: make(chan error, 1)}
 	s.nodes[containers] = sn
 	if s.Binary != "" {
-		sn.cmd = exec.Command(s.Binary, "--hook-path="+hook, "--metrics-address=", "--period="+cfg.Period.String(),
-			"--drain-wait="+cfg.DrainWait.String())
-		sn.cmd.Env, sn.cmd.Stderr = append(os.Environ(), gpuEnv...), os.Stderr
+		sn.cmd = s.binaryCmd(hook, gpuEnv, cfg)
+		sn.cmd.Stderr = os.Stderr
 		if err := sn.cmd.Start(); err != nil {
 			sn.done <- fmt.Errorf("start %s: %w", s.Binary, err)
 			return

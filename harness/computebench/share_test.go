@@ -61,50 +61,6 @@ func FuzzParseContainer(f *testing.F) {
 	})
 }
 
-// Windows are exact over the readings nearest their boundaries, whatever the readings' spacing.
-func TestWindowRates(t *testing.T) {
-	// A counter at half rate for 3 s, then full rate, read every 100 ms.
-	v := func(ts uint64) uint64 {
-		if ts <= 3*second {
-			return ts / 2
-		}
-		return 3*second/2 + ts - 3*second
-	}
-	var s []sample
-	for ts := uint64(0); ts <= 15*second; ts += 100e6 {
-		s = append(s, sample{ts, v(ts)})
-	}
-	w := windowRates(s, 0, 15*second)
-	if len(w) != 15 || math.Abs(w[0]-0.5) > 1e-9 || math.Abs(w[14]-1) > 1e-9 {
-		t.Errorf("1 s windows %v", w)
-	}
-	long := longRates(s, 0, 15*second)
-	if len(long) != 4 || math.Abs(long[0]-0.95) > 1e-9 || math.Abs(long[3]-1) > 1e-9 {
-		t.Errorf("10 s windows %v", long)
-	}
-	if l := longRates(s, 0, 6*second); len(l) != 1 || math.Abs(l[0]-(0.5+3)/4) > 1e-9 {
-		t.Errorf("a short run's one window %v", l)
-	}
-	// Readings 30 ms off the boundaries: the window is the time between its two readings, and
-	// its rate is exact over that time.
-	var late []sample
-	for ts := uint64(30e6); ts <= 15*second; ts += 100e6 {
-		late = append(late, sample{ts, v(ts)})
-	}
-	if r := rate(late, 2*second, 12*second); math.Abs(r-float64(v(12030e6)-v(2030e6))/10e9) > 1e-12 {
-		t.Errorf("rate between late readings %v", r)
-	}
-	if l := longRates(s, 0, 2*second); l != nil {
-		t.Errorf("a 2 s run judged: %v", l)
-	}
-	if r := rate([]sample{{1, 1}}, 0, second); r != -1 {
-		t.Errorf("one reading gives a rate %v", r)
-	}
-	if sc := scale([]float64{0.25, -1}, 0.5); sc[0] != 0.5 || sc[1] != -1 {
-		t.Errorf("scale %v", sc)
-	}
-}
-
 func TestScenarioCheck(t *testing.T) {
 	ok := Scenario{Name: "x", Seconds: 8, Containers: []Container{{Name: "a"}, {Name: "b", Start: 5 * time.Second}}}
 	if err := ok.Check(1); err != nil {

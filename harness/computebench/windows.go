@@ -7,13 +7,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/limitbed/limitbed/harness/gpuwork/window"
 )
 
 // SkipWindows are the 1 s windows before the limit is specified to hold.
-const SkipWindows = 2
+const SkipWindows = window.SkipSeconds
 
 // LongWindow is the number of 1 s windows the limit is judged over.
-const LongWindow = 10
+const LongWindow = window.LongSeconds
 
 // ProbeResult is launchprobe's JSON line.
 type ProbeResult struct {

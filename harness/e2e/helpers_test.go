@@ -108,23 +108,43 @@ func gpuPodNamed(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB
 // after the device plugin's).
 func gpuPodSpec(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB int32, ann, env map[string]string) *kindcluster.PodContainer {
 	t.Helper()
+	return gpuPodReq(t, e, gpuReq{worker: worker, uuid: uuid, name: name, memMiB: memMiB, ann: ann, env: env})
+}
+
+// gpuReq is what a workload pod asks for: one vGPU of the device uuid on a worker, with memMiB
+// and, when cores is set, a compute limit (nvidia.com/gpucores, the placement's cores).
+type gpuReq struct {
+	worker        int
+	uuid, name    string
+	memMiB, cores int32
+	ann, env      map[string]string
+}
+
+// gpuPodReq creates the pod r asks for, has the "scheduler" bind it to its worker node with the
+// device, waits for it to run and returns its container. The pod is deleted when the test ends.
+func gpuPodReq(t *testing.T, e *testEnv, r gpuReq) *kindcluster.PodContainer {
+	t.Helper()
 	ctx := t.Context()
-	node := e.c.Worker(worker)
+	node := e.c.Worker(r.worker)
 	hostTools := corev1.HostPathDirectory
 	grace := int64(1)
+	limits := corev1.ResourceList{
+		"nvidia.com/gpu":    resource.MustParse("1"),
+		"nvidia.com/gpumem": *resource.NewQuantity(int64(r.memMiB), resource.DecimalSI),
+	}
+	if r.cores > 0 {
+		limits["nvidia.com/gpucores"] = *resource.NewQuantity(int64(r.cores), resource.DecimalSI)
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, Annotations: ann},
+		ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: testNamespace, Annotations: r.ann},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 kindcluster.SchedulerName,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name: "main", Image: sandbox.WorkloadImage, ImagePullPolicy: corev1.PullNever,
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-					"nvidia.com/gpu":    resource.MustParse("1"),
-					"nvidia.com/gpumem": *resource.NewQuantity(int64(memMiB), resource.DecimalSI),
-				}},
+				Resources:    corev1.ResourceRequirements{Limits: limits},
 				VolumeMounts: []corev1.VolumeMount{{Name: "fakegpu-tools", MountPath: toolsDir, ReadOnly: true}},
-				Env:          specEnv(env),
+				Env:          specEnv(r.env),
 			}},
 			Volumes: []corev1.Volume{{Name: "fakegpu-tools", VolumeSource: corev1.VolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: vgpuDir + "/fakegpu/bin", Type: &hostTools}}}},
@@ -132,21 +152,21 @@ func gpuPodSpec(t *testing.T, e *testEnv, worker int, uuid, name string, memMiB 
 	}
 	created, err := e.c.Kube.CoreV1().Pods(testNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("create pod %s: %v", name, err)
+		t.Fatalf("create pod %s: %v", r.name, err)
 	}
 	t.Cleanup(func() {
-		if err := e.c.DeletePod(context.WithoutCancel(ctx), testNamespace, name); err != nil {
+		if err := e.c.DeletePod(context.WithoutCancel(ctx), testNamespace, r.name); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
 	})
-	devs := annotations.PodDevices{{{UUID: uuid, Type: "NVIDIA", UsedMem: memMiB, UsedCores: 0}}}
+	devs := annotations.PodDevices{{{UUID: r.uuid, Type: "NVIDIA", UsedMem: r.memMiB, UsedCores: r.cores}}}
 	if err := kindcluster.Bind(ctx, e.c.Scheduler, created, node, devs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.WaitPodRunning(ctx, testNamespace, name, 2*time.Minute); err != nil {
+	if _, err := e.c.WaitPodRunning(ctx, testNamespace, r.name, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	pc, err := e.c.PodContainer(ctx, testNamespace, name, "main")
+	pc, err := e.c.PodContainer(ctx, testNamespace, r.name, "main")
 	if err != nil {
 		t.Fatal(err)
 	}

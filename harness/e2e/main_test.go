@@ -148,6 +148,13 @@ func setup(logger *slog.Logger) (*testEnv, func(), error) {
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return nil, noop, err
 		}
+		// Writable by every user of the node, whatever the umask: a GPU process of a login
+		// session (ssh, su -) runs as the pod's user without FAKEGPU_STATE_DIR, and fakegpu
+		// takes its default /run/fakegpu (this directory) only when it may write there; else it
+		// makes a fake GPU of its own in /tmp, beside the pods' (its state file is 0666 for them).
+		if err := os.Chmod(dir, 0o1777); err != nil {
+			return nil, noop, err
+		}
 		workers = append(workers, kindcluster.Worker{
 			Labels: map[string]string{gpuNodeLabel: "true", "limitbed.io/delivery": mode},
 			// The fake GPU's shared state of each node, visible from here for debugging.

@@ -55,9 +55,16 @@ func (s *syncBuffer) String() string {
 
 // Open starts the tool in serve mode.
 func Open(ctx context.Context, tool string, env []string) (*Reader, error) {
-	r := &Reader{tool: tool}
-	r.cmd = exec.CommandContext(ctx, tool, "--serve")
-	r.cmd.Env = env
+	cmd := exec.CommandContext(ctx, tool, "--serve")
+	cmd.Env = env
+	return OpenCommand(cmd)
+}
+
+// OpenCommand starts cmd, a command that runs the tool in serve mode elsewhere (`docker exec -i
+// NODE gpuwork --serve`: a kind node's GPU), and reads its snapshots as Open's.
+func OpenCommand(cmd *exec.Cmd) (*Reader, error) {
+	tool := strings.Join(cmd.Args, " ")
+	r := &Reader{tool: tool, cmd: cmd}
 	r.cmd.Stderr = &r.stderr
 	in, err := r.cmd.StdinPipe()
 	if err != nil {
@@ -79,11 +86,11 @@ func (r *Reader) Snapshot() (Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := io.WriteString(r.in, "\n"); err != nil {
-		return Snapshot{}, fmt.Errorf("%s --serve: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
+		return Snapshot{}, fmt.Errorf("%s: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
 	}
 	line, err := r.out.ReadBytes('\n')
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("%s --serve: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
+		return Snapshot{}, fmt.Errorf("%s: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
 	}
 	return Parse(bytes.TrimSpace(line))
 }
@@ -94,7 +101,7 @@ func (r *Reader) Close() error {
 	defer r.mu.Unlock()
 	_ = r.in.Close()
 	if err := r.cmd.Wait(); err != nil {
-		return fmt.Errorf("%s --serve: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
+		return fmt.Errorf("%s: %w (%s)", r.tool, err, strings.TrimSpace(r.stderr.String()))
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package allocate
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -60,4 +62,15 @@ func (a *Allocator) fakeDriverMounts(resp *pluginapi.ContainerAllocateResponse) 
 		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerFakeStateDir, HostPath: fd.StateDir, ReadOnly: false})
 		resp.Envs[EnvFakeGPUStateDir] = ContainerFakeStateDir
 	}
+}
+
+// ShareFakeState makes the fake driver's shared state directory writable by every user with the
+// sticky bit (as /tmp), as fakegpu makes the directories it creates: the chart's hostPath creates
+// it 0755, and then a non-root login session's GPU process (ssh, su -) fell back to a private
+// state in /tmp, a GPU of its own instead of the pods' one.
+func ShareFakeState(dir string) error {
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		return fmt.Errorf("fake driver state %s: %w", dir, err)
+	}
+	return nil
 }

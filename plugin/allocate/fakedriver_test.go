@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/limitbed/limitbed/internal/cbuild"
@@ -69,5 +70,22 @@ func TestFakeDriverMountsAtFakegpuDefaults(t *testing.T) {
 		if resp.Envs[k] != v {
 			t.Errorf("env %s = %q, want the default %q", k, resp.Envs[k], v)
 		}
+	}
+}
+
+func TestShareFakeState(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := ShareFakeState(dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Errorf("state dir mode %v (%v), want drwxrwxrwt", fi.Mode(), err)
+	}
+	if err := ShareFakeState(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing dir: %v, want an error naming it", err)
 	}
 }

@@ -46,6 +46,11 @@ func serve(ctx context.Context, o options) error {
 	}
 	if o.fakeDriver {
 		aopts.FakeDriver = &allocate.FakeDriver{LibDir: o.fakeLibDir, ProfilePath: o.fakeProfile, StateDir: o.fakeStateDir}
+		if o.fakeStateDir != "" {
+			if err := allocate.ShareFakeState(o.fakeStateDir); err != nil {
+				logger.Error(err, "Login sessions' GPU processes may not share the pods' fake GPU")
+			}
+		}
 	}
 	alloc, err := allocate.New(aopts)
 	if err != nil {

@@ -18,8 +18,9 @@ func ClockGain(name string) float64 {
 		return 0.61
 	case strings.HasPrefix(name, "NVIDIA H100"):
 		// Charged the whole gain, 30 % + 50 % did 0.270 / 0.460 and 20 + 30 + 40 % 0.183 / 0.271
-		// / 0.371 (8–10 % under): with the clock ~13 % over full load while 80 % busy, about 0.3
-		// of the gain is work. An estimate until the GPU tier's fidelity run measures it.
+		// / 0.371 (8–10 % under). Measured 2026-12-07: in the slices the clock 1520–1710 MHz
+		// against 1253–1327 at full load, the work per second of slice 1.05–1.06: 0.34
+		// (docs/benchmarks.md, "Compute shares on every card").
 		return 0.3
 	}
 	return 1

@@ -101,6 +101,11 @@ run_case() {
 	if [ $sched = 1 ]; then
 		"${PY:-python3}" -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:19395/metrics", timeout=5).read().decode())' \
 			>"$dir/metrics.txt" 2>&1
+		# What the scheduler learned of the card (its speed, the clock it took for full load, how
+		# often it calibrated) beside the case's summary: the full-load clock against the sustained
+		# one in smi.csv is how a calibration error shows.
+		grep -E '^vgpu_scheduler_gpu_(speed|sm_clock_mhz|full_load_sm_clock_mhz|calibrations_total|owed_idle_seconds_total)' \
+			"$dir/metrics.txt" | sed "s/^/case $name: /" || echo "case $name: the scheduler exported no calibration metrics" >&2
 		kill -TERM "$spid"
 		wait "$spid"
 	fi

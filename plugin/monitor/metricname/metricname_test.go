@@ -45,12 +45,14 @@ func TestRefs(t *testing.T) {
 }
 
 // TestScriptsSpellOnlyTheseNames holds the scripts that read an agent's /metrics by hand
-// (scripts/gpu-check.sh greps the scheduler's) to this package: every name or pattern they spell
+// (harness/gpu/sched_cases.sh greps the scheduler's) to this package: every name or pattern they spell
 // starts a metric named here, so a renamed metric fails here, not on a GPU machine.
 func TestScriptsSpellOnlyTheseNames(t *testing.T) {
 	scripts, err := filepath.Glob(filepath.Join("..", "..", "..", "scripts", "*.sh"))
-	sections, _ := filepath.Glob(filepath.Join("..", "..", "..", "harness", "gpu", "sections", "*.sh"))
-	scripts = append(scripts, sections...)
+	for _, dir := range [][]string{{"harness", "gpu"}, {"harness", "gpu", "sections"}} {
+		more, _ := filepath.Glob(filepath.Join(append([]string{"..", "..", ".."}, append(dir, "*.sh")...)...))
+		scripts = append(scripts, more...)
+	}
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no scripts found: %v", err)
 	}

@@ -18,6 +18,7 @@ time (the card warms: a reference taken once, first, on a cool card reads high).
 """
 import argparse
 import bisect
+import datetime
 import json
 import os
 import statistics
@@ -58,7 +59,10 @@ def load_case(d):
         for line in open(os.path.join(d, "smi.csv")):
             f = [x.strip() for x in line.split(",")]
             try:
-                smi.append((float(f[1]), float(f[2]), float(f[3]), float(f[4])))
+                # nvidia-smi stamps its rows in the machine's local time, as the workloads' clock
+                # reads it (the analysis runs where the case ran).
+                t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp() * 1e9
+                smi.append((float(f[1]), float(f[2]), float(f[3]), float(f[4]), t))
             except (ValueError, IndexError):
                 pass
     except OSError:
@@ -250,8 +254,14 @@ def analyze_case(c, refs, idx, skip):
         out["full_load_mhz_learned"] = full
         out["calibrations"] = sum(1 for e in c["trace"] if e.get("ev") == "calibrate")
     if c["smi"]:
-        n = len(c["smi"])
-        body = c["smi"][n // 5: n - n // 10] or c["smi"]
+        # Over the judged span only: the seconds before the workloads start (PyTorch loading, the
+        # GPU idle at its lowest clock) are not the load's (averaged in, a full-load reference read
+        # 1253 MHz for 1400).
+        body = [s for s in c["smi"] if t_lo <= s[4] <= t_hi]
+        if not body:
+            print("sched_analyze: %s: no nvidia-smi row inside the judged span (its clock is the machine's local time?)"
+                  % c["name"], file=sys.stderr)
+    if c["smi"] and body:
         out["smi_sm_mhz"] = round(mean([s[0] for s in body]), 1)
         out["smi_power_w"] = round(mean([s[1] for s in body]), 1)
         out["smi_temp_c"] = round(mean([s[2] for s in body]), 1)

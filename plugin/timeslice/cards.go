@@ -18,9 +18,9 @@ func ClockGain(name string) float64 {
 		return 0.61
 	case strings.HasPrefix(name, "NVIDIA H100"):
 		// Charged the whole gain, 30 % + 50 % did 0.270 / 0.460 and 20 + 30 + 40 % 0.183 / 0.271
-		// / 0.371 (8–10 % under). Measured 2026-12-07: in the slices the clock 1520–1710 MHz
-		// against 1253–1327 at full load, the work per second of slice 1.05–1.06: 0.34
-		// (docs/benchmarks.md, "Compute shares on every card").
+		// / 0.371 (8–10 % under). Measured 2026-12-07: in the slices the clock 1659–1709 MHz
+		// against 1401 at full load (×1.18–1.22), the work per second of slice ×1.05–1.08:
+		// 0.28–0.30 (docs/benchmarks.md, "Compute shares on every card").
 		return 0.3
 	}
 	return 1

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -55,8 +56,20 @@ type GrantFile struct {
 	dev  uint64
 	ino  uint64
 	// mirror is the file Restore put back at Path: every write goes to both (the container's
-	// running processes hold the first, the ones it starts later map the mirror).
+	// running processes hold the first, the ones it starts later map the mirror). mu guards it:
+	// the node's scan restores the file while the GPU loops write it, and a mirror is unmapped
+	// only when no write is in it.
+	mu     sync.RWMutex
 	mirror *GrantFile
+}
+
+// withMirror runs f on the mirror, if there is one, while it cannot be replaced or unmapped.
+func (g *GrantFile) withMirror(f func(m *GrantFile)) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.mirror != nil {
+		f(g.mirror)
+	}
 }
 
 // OpenGrant maps the grant file at path after checking that it is one (a regular file of
@@ -123,18 +136,14 @@ func (g *GrantFile) Set(i int, s State, grantID uint32, budget time.Duration) {
 	seq, _ := SplitWord(atomic.LoadUint32(w))
 	atomic.StoreUint32(w, Word(seq+1, s))
 	futexWakeAll(w)
-	if g.mirror != nil {
-		g.mirror.Set(i, s, grantID, budget)
-	}
+	g.withMirror(func(m *GrantFile) { m.Set(i, s, grantID, budget) })
 }
 
 // Beat bumps entry i's heartbeat, which tells the library the scheduler still drives the entry.
 // The word is left alone: a launcher holding its slice compares the word only.
 func (g *GrantFile) Beat(i int) {
 	atomic.AddUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat])), 1)
-	if g.mirror != nil {
-		g.mirror.Beat(i)
-	}
+	g.withMirror(func(m *GrantFile) { m.Beat(i) })
 }
 
 // Allowed returns entry i's allowed time (allowed_us, sched.h): what a scheduler that drove the
@@ -150,9 +159,7 @@ func (g *GrantFile) BeatAllowed(i int, allowed time.Duration) {
 	beat := (*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offBeat]))
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[entries+i*entrySize+offStamp])), atomic.LoadUint32(beat)+1)
 	atomic.AddUint32(beat, 1)
-	if g.mirror != nil {
-		g.mirror.BeatAllowed(i, allowed)
-	}
+	g.withMirror(func(m *GrantFile) { m.BeatAllowed(i, allowed) })
 }
 
 func (g *GrantFile) allowed(i int) *uint64 {
@@ -167,16 +174,16 @@ func (g *GrantFile) Beats(i int) uint32 {
 // SetPeriod records the scheduler's period in the header.
 func (g *GrantFile) SetPeriod(d time.Duration) {
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&g.mem[offPeriod])), uint32(min(d.Microseconds(), 1<<32-1)))
-	if g.mirror != nil {
-		g.mirror.SetPeriod(d)
-	}
+	g.withMirror(func(m *GrantFile) { m.SetPeriod(d) })
 }
 
 // Replaced reports whether Path now names another file (the plugin re-allocated the container and
 // published a new grant file) or none.
 func (g *GrantFile) Replaced() bool {
-	if g.mirror != nil {
-		return g.mirror.Replaced()
+	mirrored, replaced := false, false
+	g.withMirror(func(m *GrantFile) { mirrored, replaced = true, m.Replaced() })
+	if mirrored {
+		return replaced
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(g.Path, &st); err != nil {
@@ -196,6 +203,8 @@ func (g *GrantFile) Gone() bool {
 // (Set, Beat… write both). The container's running processes keep the file they mapped; those it
 // starts later find the copy.
 func (g *GrantFile) Restore() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.mirror != nil {
 		_ = g.mirror.Close()
 		g.mirror = nil
@@ -235,6 +244,8 @@ func (g *GrantFile) Close() error {
 	}
 	err := unix.Munmap(g.mem)
 	g.mem = nil
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.mirror != nil {
 		if merr := g.mirror.Close(); err == nil {
 			err = merr

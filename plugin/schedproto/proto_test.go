@@ -422,3 +422,54 @@ func TestGrantFileRestore(t *testing.T) {
 		t.Error("a new file at the path: not replaced")
 	}
 }
+
+// The node's scan restores a removed grant file while the GPU's loop writes it: the mirror is
+// swapped and the old one unmapped under a lock the writers hold, never under a write (the race
+// detector saw the scan's Restore beside the loop's BeatAllowed; an unmapped mirror written would
+// crash the scheduler).
+func TestGrantFileRestoreWhileWritten(t *testing.T) {
+	b, err := GrantSpec{GPUs: []UUID{gpuA}, Period: 100 * time.Millisecond}.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, b)
+	g, err := OpenGrant(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			g.Set(0, Run, uint32(n), time.Millisecond)
+			g.BeatAllowed(0, time.Duration(n)*time.Microsecond)
+			g.Beat(0)
+			g.SetPeriod(100 * time.Millisecond)
+			_ = g.Replaced()
+			n++
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Restore(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if n := <-done; n == 0 {
+		t.Fatal("the writer never wrote")
+	}
+	if _, s := g.Load(0); s != Run {
+		t.Errorf("the mapping says %v, want run", s)
+	}
+}

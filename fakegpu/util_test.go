@@ -151,3 +151,49 @@ func TestPowerBoostIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// FAKEGPU_KERNEL_POWER_PCT: a process's kernels draw that part of a full-load kernel's power, so a
+// GPU they keep busy runs above its full-load clock, as far as the power cap allows (an H100: a
+// loop of small GEMMs synchronised one by one ran at 1634 MHz alone, dense GEMMs at 1401).
+func TestKernelPowerMovesTheClock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		power string
+		want  int // MHz: 1500 / (power / 100), at most 1500 x 1.25
+	}{
+		{"90", 1667},
+		{"100", 1500},
+		{"60", 1875},
+	} {
+		h := fakegputest.NewHost(t, "a16-16q", "FAKEGPU_LAUNCH_NS=10000000", "FAKEGPU_POWER_BOOST=125")
+		c := h.Cmd("cudaprobe", "--launch", "200", "--hold", "0.2")
+		c.Env = append(c.Env, "FAKEGPU_KERNEL_POWER_PCT="+tc.power)
+		var out strings.Builder
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 3*time.Second, fmt.Sprintf("kernels at %s %% of the power: busy, SM clock %d ± 15 MHz", tc.power, tc.want), func() (bool, string) {
+			d := h.Info().Devices[0]
+			busy := d.Util != nil && *d.Util >= 95
+			near := d.Clock != nil && *d.Clock >= tc.want-15 && *d.Clock <= tc.want+15 // whole percents of speed
+			return busy && near, fmt.Sprintf("clock %v MHz, utilisation %v %% (cudaprobe: %s)", deref(d.Clock), deref(d.Util), out.String())
+		})
+		_ = c.Wait()
+	}
+	h := fakegputest.NewHost(t, "a16-16q")
+	for _, v := range []string{"0", "101", "half"} {
+		c := h.Cmd("cudaprobe", "--launch", "1")
+		c.Env = append(c.Env, "FAKEGPU_KERNEL_POWER_PCT="+v)
+		if out, err := c.CombinedOutput(); err == nil || !strings.Contains(string(out), "FAKEGPU_KERNEL_POWER_PCT") {
+			t.Errorf("cudaprobe with FAKEGPU_KERNEL_POWER_PCT=%s: err %v, output %s; want an error naming the variable", v, err, out)
+		}
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}

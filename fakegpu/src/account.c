@@ -112,6 +112,7 @@ int fg_state_queue(fg_state *st, unsigned unit, int create) {
         if (c->in_use)
             continue;
         c->in_use = 1, c->pid = (int32_t)getpid(), c->slot = s, c->unit = unit;
+        c->power = st->power ? st->power : 100;
         c->head = c->count = 0, c->queued = 0;
         c->acct = acct_of(st);
         st->chan[unit] = (uint16_t)(i + 1);

@@ -109,6 +109,14 @@ static int device_model(fg_config *c, char *err, size_t errlen) {
                  "gain that is work, 1 to 100", (unsigned long long)c->power_work);
         return -1;
     }
+    c->kernel_power = 100;
+    if (env_u64("FAKEGPU_KERNEL_POWER_PCT", &c->kernel_power, err, errlen) < 0)
+        return -1;
+    if (c->kernel_power < 1 || c->kernel_power > 100) {
+        snprintf(err, errlen, "FAKEGPU_KERNEL_POWER_PCT %llu: want the power this process's kernels draw while they run, "
+                 "in percent of a full-load kernel's, 1 to 100", (unsigned long long)c->kernel_power);
+        return -1;
+    }
     c->sm_clock_mhz = p->sm_clock_mhz ? p->sm_clock_mhz : 1500;
     if (c->sm_clock_mhz > 10000) {
         snprintf(err, errlen, "the profile's sm_clock_mhz %llu: want the SM clock at full load in MHz, up to 10000",

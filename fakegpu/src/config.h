@@ -10,6 +10,9 @@
  *   FAKEGPU_NVML_SAMPLES exact (default) | periodic: per-process samples as an H200 gives them
  *   FAKEGPU_POWER_BOOST  percent: how much faster kernels run on a lightly loaded device than on a
  *                        fully loaded one (a power-capped GPU's clocks; default 100 = the same)
+ *   FAKEGPU_KERNEL_POWER_PCT  percent: the power this process's kernels draw while they run, of a
+ *                        full-load kernel's (default 100; a loop of small kernels synchronised one
+ *                        by one keeps the GPU busy below its power cap)
  *   FAKEGPU_NVML_TRACE   1: one stderr line per call through nvidia-smi's internal export table
  *   FAKEGPU_TIMESLICE_US the time slice between processes' queues on a GPU (default 1024)
  *   FAKEGPU_CONTAINER    the container a process's completed work is also counted for
@@ -35,6 +38,7 @@ typedef struct fg_config {
     int periodic_samples; /* FAKEGPU_NVML_SAMPLES=periodic: per-process samples as an H200 gives them */
     uint64_t power_boost;  /* FAKEGPU_POWER_BOOST, percent (100 = off) */
     uint64_t power_work;   /* FAKEGPU_POWER_WORK_PCT: the part of the clock's gain that is work, percent */
+    uint64_t kernel_power; /* FAKEGPU_KERNEL_POWER_PCT: this process's kernels' power, percent of a full-load kernel's */
     int trace_export;      /* FAKEGPU_NVML_TRACE=1 */
     uint64_t timeslice_ns; /* FAKEGPU_TIMESLICE_US */
     uint64_t sm_clock_mhz; /* the profile's sm_clock_mhz: the SM clock at full load */

@@ -120,6 +120,7 @@ FG_EXPORT CUresult cuInit(unsigned int Flags) {
             rc = CUDA_ERROR_NO_DEVICE;
         } else {
             enumerate(&fg_cu.cfg.prof);
+            fg_cu.st.power = (uint32_t)fg_cu.cfg.kernel_power;
             fg_cu.initialized = 1;
         }
         fg_cu.init_rc = rc;

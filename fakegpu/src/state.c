@@ -419,10 +419,28 @@ uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64
     return busy;
 }
 
+/* The power the unit drew over the last window: busy ns weighted by their kernels' power (one
+ * division at the end: this runs under the state lock at every launch). */
+static uint64_t power_ns(const fg_state *st, unsigned unit, uint64_t now, uint64_t window) {
+    const fg_unit *u = &st->sh->unit[unit];
+    uint64_t from = now > window ? now - window : 0, full = 0, part = 0;
+    for (uint32_t i = 0; i < u->count; i++) {
+        const fg_busy *b = &u->ring[i];
+        uint64_t s = b->start > from ? b->start : from, e = b->end < now ? b->end : now;
+        if (e <= s)
+            continue;
+        if (b->power == 0 || b->power >= 100)
+            full += e - s;
+        else
+            part += (e - s) * b->power;
+    }
+    return full + part / 100;
+}
+
 uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_t boost) {
     if (boost <= 100)
         return 100;
-    uint64_t busy = fg_state_busy_ns(st, unit, 0, now, FG_POWER_WINDOW_NS);
+    uint64_t busy = power_ns(st, unit, now, FG_POWER_WINDOW_NS);
     return busy * boost > FG_POWER_WINDOW_NS * 100 ? FG_POWER_WINDOW_NS * 100 / busy : boost;
 }
 

@@ -59,7 +59,7 @@
 #include "fg.h"
 
 #define FG_STATE_MAGIC 0x31545347504b4146ULL /* "FAKGPST1" */
-#define FG_STATE_VERSION 3
+#define FG_STATE_VERSION 4
 #define FG_MAX_SLOTS 128
 #define FG_MAX_SHARED 256 /* allocations held by more than one process at once */
 #define FG_BUSY_RING 4096
@@ -76,7 +76,8 @@
 typedef struct fg_busy {
     uint64_t start, end; /* CLOCK_MONOTONIC ns */
     int32_t pid;         /* the owner as it sees itself */
-    uint32_t slot1;      /* the owner's slot + 1 (0: not recorded): NVML names the owner by the PID its reader sees */
+    uint16_t slot1;      /* the owner's slot + 1 (0: not recorded): NVML names the owner by the PID its reader sees */
+    uint16_t power;      /* the power its kernels drew, percent of a full-load kernel's (FAKEGPU_KERNEL_POWER_PCT) */
 } fg_busy;
 
 /* What an engine ran: kernels completed, the nominal ns of work done (a kernel's share counted as
@@ -109,7 +110,7 @@ typedef struct fg_chan {
     uint32_t unit;
     int32_t acct;                /* the owner's work record, -1 none */
     uint32_t head, count;
-    uint32_t pad;
+    uint32_t power;              /* its kernels' power, percent of a full-load kernel's (fg_state.power) */
     uint64_t queued;             /* GPU ns left in the queue */
     fg_kernel k[FG_CHAN_DEPTH];
 } fg_chan;
@@ -193,6 +194,7 @@ typedef struct fg_state {
     int acct;                    /* its work record, index + 1 (0: none yet) */
     char group[FG_GROUP_LEN];    /* its container (FAKEGPU_CONTAINER), "" none */
     uint64_t (*clock)(void);     /* the engines' clock: fg_now_ns unless a test scripts one */
+    uint32_t power;              /* its kernels' power, percent of a full-load kernel's (0: 100) */
 } fg_state;
 
 /* A state nobody attached yet: no descriptor (0 is the program's standard input, not ours). */
@@ -246,7 +248,8 @@ void fg_state_records(fg_shared *sh, const fg_chan *c, unsigned unit, fg_work **
 /* ns of [now - window, now] during which the unit ran work, of one pid or of all (pid 0). */
 uint64_t fg_state_busy_ns(const fg_state *st, unsigned unit, int32_t pid, uint64_t now, uint64_t window);
 /* FAKEGPU_POWER_BOOST's model: how fast (percent of nominal) work submitted now runs, given the
- * unit's load over the last FG_POWER_WINDOW_NS: min(boost, 100 / load). */
+ * unit's load over the last FG_POWER_WINDOW_NS: min(boost, 100 / load), the load weighted by the
+ * power its kernels drew (FAKEGPU_KERNEL_POWER_PCT of the processes that ran them). */
 #define FG_POWER_WINDOW_NS 100000000ULL /* 100 ms: how far back a power controller averages */
 uint64_t fg_state_speed(const fg_state *st, unsigned unit, uint64_t now, uint64_t boost);
 /* The same as a percentage. */

@@ -48,10 +48,11 @@ static int next_queue(const fg_shared *sh, unsigned unit, int after) {
  * placement inside the window and the attribution to a process blur. */
 #define FG_RING_KEEP_NS (2 * 1000000000ULL) /* the periodic samples look back two 1 s windows */
 
-static void ring_add(fg_unit *u, int32_t pid, int32_t slot, uint64_t start, uint64_t end) {
+static void ring_add(fg_unit *u, int32_t pid, int32_t slot, uint32_t power, uint64_t start, uint64_t end) {
     fg_busy *last = u->count ? &u->ring[(u->head + FG_BUSY_RING - 1) % FG_BUSY_RING] : NULL;
-    uint32_t slot1 = slot >= 0 ? (uint32_t)slot + 1 : 0;
-    if (last && last->pid == pid && last->slot1 == slot1 && last->end == start) {
+    uint16_t slot1 = slot >= 0 && slot < FG_MAX_SLOTS ? (uint16_t)(slot + 1) : 0;
+    uint16_t pw = power && power <= 100 ? (uint16_t)power : 100;
+    if (last && last->pid == pid && last->slot1 == slot1 && last->power == pw && last->end == start) {
         last->end = end;
         return;
     }
@@ -63,7 +64,7 @@ static void ring_add(fg_unit *u, int32_t pid, int32_t slot, uint64_t start, uint
     } else {
         u->count++;
     }
-    u->ring[u->head] = (fg_busy){start, end, pid, slot1};
+    u->ring[u->head] = (fg_busy){start, end, pid, slot1, pw};
     u->head = (u->head + 1) % FG_BUSY_RING;
 }
 
@@ -94,7 +95,7 @@ static void run(fg_shared *sh, unsigned unit, fg_chan *c, uint64_t t, uint64_t s
     for (int i = 0; i < 3; i++)
         credit(w[i], step, work, done);
     if (step)
-        ring_add(u, c->pid, c->slot, t, t + step);
+        ring_add(u, c->pid, c->slot, c->power, t, t + step);
     if (done) {
         c->head = (c->head + 1) % FG_CHAN_DEPTH;
         if (--c->count == 0)

@@ -63,7 +63,11 @@ func (c Container) Expect(tol float64) (lo, hi float64, judged bool) {
 
 // signature names what the container's unthrottled rate depends on: its workload and processes.
 func (c Container) signature() string {
-	return fmt.Sprintf("%s kernel-us=%d burst=%d procs=%d", c.Workload, c.KernelUS, c.Burst, c.Procs)
+	s := fmt.Sprintf("%s kernel-us=%d burst=%d procs=%d", c.Workload, c.KernelUS, c.Burst, c.Procs)
+	if len(c.Env) > 0 {
+		s += " env=" + strings.Join(c.Env, " ") // a workload's environment moves its rate (FAKEGPU_KERNEL_POWER_PCT)
+	}
+	return s
 }
 
 // String is the container as a spec ParseContainer reads back.

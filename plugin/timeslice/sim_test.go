@@ -24,6 +24,9 @@ type workload struct {
 	start  time.Duration // starts this late
 	stop   time.Duration // stops launching then (0: never)
 	wake   time.Duration // its launcher acts on a new grant this late (a loaded node's CPU)
+	// power: the part of the card's power its kernels draw while they run (0: all of it): small
+	// kernels synchronised one by one keep the GPU busy without loading it to its power cap.
+	power float64
 }
 
 type simCtr struct {
@@ -77,8 +80,8 @@ type sim struct {
 	// simPowerWindow, it runs min(boost, 1/L) times faster than at full load, and its SM clock
 	// (simFullMHz at full load) follows. boost 0: no power cap, no clock readings.
 	boost  float64
-	busy   []bool // the last simPowerWindow, a step each
-	nbusy  int
+	busy   []float64 // the power drawn (1: a full-load kernel's) over the last simPowerWindow, a step each
+	nbusy  float64
 	speedX float64 // the speed now
 	// workGain: the part of the clock's gain that is work (a card whose kernels are partly bound
 	// by memory); 0: all of it.
@@ -182,25 +185,22 @@ func (c *simCtr) lib(now time.Duration) {
 	}
 }
 
-// power records whether the GPU was busy this step and sets its speed for the next.
-func (s *sim) power(busy bool) {
+// power records the power the GPU drew this step (the running kernels', 0 when idle) and sets its
+// speed for the next.
+func (s *sim) power(load float64) {
 	if s.boost == 0 {
 		s.speedX = 1
 		return
 	}
 	n := int(simPowerWindow / simStep)
 	if s.busy == nil {
-		s.busy = make([]bool, n)
+		s.busy = make([]float64, n)
 	}
 	i := int(s.now/simStep) % n
-	if s.busy[i] {
-		s.nbusy--
-	}
-	if s.busy[i] = busy; busy {
-		s.nbusy++
-	}
+	s.nbusy += load - s.busy[i]
+	s.busy[i] = load
 	s.speedX = s.boost
-	if l := float64(s.nbusy) / float64(n); l*s.boost > 1 {
+	if l := s.nbusy / float64(n); l*s.boost > 1 {
 		s.speedX = 1 / l
 	}
 }
@@ -214,7 +214,15 @@ func (s *sim) gpu() {
 			on = append(on, c)
 		}
 	}
-	s.power(len(on) > 0)
+	load := 0.0
+	for _, c := range on {
+		p := c.w.power
+		if p == 0 {
+			p = 1
+		}
+		load += p / float64(len(on))
+	}
+	s.power(load)
 	if len(on) == 0 {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/limitbed/limitbed/harness/matrix/node"
 	"github.com/limitbed/limitbed/internal/cbuild"
 	"github.com/limitbed/limitbed/plugin/schedproto"
+	"github.com/limitbed/limitbed/plugin/timeslice"
 )
 
 // A process that dies while its work runs under its container's slice (a benchmark killing its
@@ -42,8 +43,10 @@ func TestSchedulerReportPlanted(t *testing.T) {
 	for _, plant := range computebench.ReportPlants {
 		groups = append(groups, scenario(plant,
 			// Charged whole from each grant (its launchers' wake-up is its own loss) and a drain
-			// it cannot report: a little under its 30 %, never over: 0.27 ± the tolerance.
-			computebench.Container{Name: "tenant", Policy: "force", Limit: 30, Report: plant, Want: 0.27},
+			// it cannot report: under its 30 % or at it, never over (0.26–0.30 measured, 0.3002
+			// at most): 0.275 ± the tolerance, whose top is its limit and the judge's resolution
+			// of a 10 s window (0.005).
+			computebench.Container{Name: "tenant", Policy: "force", Limit: 30, Report: plant, Want: 0.275},
 			computebench.Container{Name: "neighbour", Policy: "force", Limit: 50}))
 	}
 	sharetest.RequireShares(t, sharetest.Run(t, r, onGPUs("report-planted", computebench.ScenarioSeconds, groups...), sharetest.Tolerance))
@@ -53,7 +56,9 @@ func TestSchedulerReportPlanted(t *testing.T) {
 // neighbour. Each process keeps its own queue bound, so a revoked slice drains 64 bounds of work
 // beside the next slice: before, the tenant reached 0.40 and took 0.10 from the neighbour.
 func TestSchedulerManyProcesses(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bound is within a few tens of ms of the scheduler's and the launchers'
+	// wake-ups, which the package's other scenarios, sharing a 2-core machine, delay (under them
+	// it read 0.001–0.01 over it); run first, alone.
 	r, _ := scheduled(t)
 	sc := onGPUs("many-processes", computebench.ScenarioSeconds,
 		scenario("64", computebench.Container{Name: "tenant", Policy: "force", Limit: 30, Procs: 64},
@@ -79,13 +84,17 @@ func TestSchedulerLongKernels(t *testing.T) {
 			computebench.Container{Name: "neighbour", Policy: "force", Limit: 70}))
 	res := sharetest.Run(t, r, sc, sharetest.Tolerance)
 	floor := map[string]float64{"g0-neighbour": 0.5 - 0.10, "g1-neighbour": 1.0/9 - 0.03}
+	// A 1 s window may hold, beside its share, the credit the neighbour saved while it waited
+	// behind the kernel (half a quantum more: charge.go), spent when the kernel ends: 0.735–0.755
+	// in that second. A bonus run (before: 1.0 for 8 s) is far above it.
+	ceil := 0.70 + sharetest.Tolerance + 0.5*0.70*timeslice.DefaultConfig().Period.Seconds()
 	for _, c := range res.Containers {
 		w := c.Windows[computebench.SkipWindows:]
 		switch c.Name {
 		case "g0-neighbour", "g1-neighbour":
 			for i, x := range w {
-				if x < floor[c.Name] || x > 0.70+sharetest.Tolerance {
-					t.Errorf("%s: second %d at %.3f, want %.2f..%.2f", c.Name, i+computebench.SkipWindows, x, floor[c.Name], 0.70+sharetest.Tolerance)
+				if x < floor[c.Name] || x > ceil {
+					t.Errorf("%s: second %d at %.3f, want %.2f..%.3f", c.Name, i+computebench.SkipWindows, x, floor[c.Name], ceil)
 				}
 			}
 			for i, x := range c.Long {
@@ -174,7 +183,9 @@ func TestSchedulerGrantFileRemoved(t *testing.T) {
 // starts at 12 s (second 12 holds its process's start). Before (a neighbour busy for 0.5 s after
 // its last launch), second 7 read 0.565.
 func TestSchedulerDefaultFollowsItsNeighbour(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bound is within a few tens of ms of the scheduler's and the launchers'
+	// wake-ups, which the package's other scenarios, sharing a 2-core machine, delay (under them
+	// it read 0.001–0.01 over it); run first, alone.
 	r, _ := scheduled(t)
 	sc := scenario("default-neighbour",
 		computebench.Container{Name: "d30", Policy: "default", Limit: 30, Priority: 1},

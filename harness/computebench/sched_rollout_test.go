@@ -33,7 +33,9 @@ const (
 // window over the limit + the tolerance, no 1 s window after the first 2 s below 0.05 of the GPU,
 // no stall longer than a period; and the new scheduler drives every entry afterwards.
 func TestSchedulerRollout(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bound (no container starved beyond a period, read every 10 ms) is within
+	// tens of ms of the schedulers' and launchers' wake-ups, which the package's other scenarios,
+	// sharing a 2-core machine, delay (130–140 ms stalls under them); run first, alone.
 	r, s := scheduled(t)
 	bin, err := node.BuildBinary(context.Background(), cbuild.RepoRoot(), t.TempDir(), "vgpu-scheduler")
 	if err != nil {
@@ -101,7 +103,8 @@ func TestSchedulerRollout(t *testing.T) {
 			}
 		}
 		if c.LongestStall > period+2*rolloutTick {
-			t.Errorf("%s: did no work for %v, want at most a period (%v, +2 readings)", c.Name, c.LongestStall.Round(time.Millisecond), period)
+			t.Errorf("%s: did no work for %v from %v of its run, want at most a period (%v, +2 readings)", c.Name,
+				c.LongestStall.Round(time.Millisecond), c.LongestStallAt.Round(time.Millisecond), period)
 		}
 	}
 }

@@ -361,9 +361,10 @@ func TestReportLiveLocks(t *testing.T) {
 	}
 }
 
-// A grant file removed while mapped is put back at its path, a copy of what it says, and every
-// write from then on reaches both: the processes that mapped the first and those that map the copy.
-func TestGrantFileRestore(t *testing.T) {
+// mappedGrant writes a one-GPU grant file and maps it (unmapped at the test's end): its path, its
+// bytes, the mapping.
+func mappedGrant(t *testing.T) (string, []byte, *GrantFile) {
+	t.Helper()
 	b, err := GrantSpec{GPUs: []UUID{gpuA}, Period: 100 * time.Millisecond}.Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +374,14 @@ func TestGrantFileRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
+	t.Cleanup(func() { _ = g.Close() })
+	return p, b, g
+}
+
+// A grant file removed while mapped is put back at its path, a copy of what it says, and every
+// write from then on reaches both: the processes that mapped the first and those that map the copy.
+func TestGrantFileRestore(t *testing.T) {
+	p, b, g := mappedGrant(t)
 	g.Set(0, Run, 7, 30*time.Millisecond)
 	if g.Gone() || g.Replaced() {
 		t.Fatal("in place: gone or replaced")
@@ -428,17 +436,8 @@ func TestGrantFileRestore(t *testing.T) {
 // detector saw the scan's Restore beside the loop's BeatAllowed; an unmapped mirror written would
 // crash the scheduler).
 func TestGrantFileRestoreWhileWritten(t *testing.T) {
-	b, err := GrantSpec{GPUs: []UUID{gpuA}, Period: 100 * time.Millisecond}.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := writeFile(t, b)
-	g, err := OpenGrant(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	stop := make(chan struct{})
+	p, _, g := mappedGrant(t)
+	stop, started := make(chan struct{}), make(chan struct{})
 	done := make(chan int)
 	go func() {
 		n := 0
@@ -454,9 +453,12 @@ func TestGrantFileRestoreWhileWritten(t *testing.T) {
 			g.Beat(0)
 			g.SetPeriod(100 * time.Millisecond)
 			_ = g.Replaced()
-			n++
+			if n++; n == 1 {
+				started <- struct{}{}
+			}
 		}
 	}()
+	<-started // the restores run beside its writes, not before the writer is scheduled
 	for i := 0; i < 50; i++ {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)

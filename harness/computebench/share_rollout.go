@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,7 +168,7 @@ func (s *Scheduled) second(hook string, gpuEnv []string, cfg timeslice.Config, b
 			}
 		case <-settled:
 			sp.Stderr = strings.TrimSpace(stderr.String())
-			sp.Off = sortedKeys(off)
+			sp.Off = slices.Sorted(maps.Keys(off))
 			b, err := os.ReadFile(filepath.Join(grants, timeslice.LockName))
 			sp.Holder = strings.TrimSpace(string(b))
 			return sp, err
@@ -218,13 +219,4 @@ func (s *Scheduled) GrantStates() (map[string]schedproto.GrantEntry, error) {
 		}
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
